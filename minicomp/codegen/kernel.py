@@ -1,0 +1,179 @@
+"""One fused kernel -> Triton source.
+
+The writer evaluates each stored node at the kernel's root index and recurses
+through the lowering table: a pointwise op becomes one line named after its FX
+node, a view only rewrites the index it passes down, and a node that lives in
+memory becomes a masked `tl.load`. Evaluations are memoized on (node, index,
+mask), so a value used twice at the same index is computed once, and one used
+at a shifted index (rotate_half) is loaded again at that index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minicomp import dtypes, ops
+from minicomp.fusion import Kernel, Plan, output_strides
+from minicomp.indexing import Expr, IterationSpace, Var, render_flat
+
+INT32_LIMIT = 2**31 - 1
+
+
+@dataclass
+class KernelSource:
+    kernel: Kernel
+    name: str
+    params: list[str]       # pointer parameter names, in launch order
+    args: list[str]         # the buffers passed for them, in the same order
+    numel: int
+    header: list[str]
+    body: list[str]
+    wide_index: bool        # offsets need int64
+
+
+def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:
+    """Dims from outermost to innermost in memory: walking them in this order
+    makes the store (and loads laid out like it) contiguous."""
+    return sorted(range(len(shape)), key=lambda d: (-stride[d] if shape[d] > 1 else 0, d))
+
+
+class KernelWriter:
+    def __init__(self, plan: Plan, kernel: Kernel):
+        self.plan, self.graph, self.kernel = plan, plan.graph, kernel
+        first = self.graph[kernel.stores[0]].meta
+        self.order = iteration_order(output_strides(first), first.shape)
+        self.space = IterationSpace([first.shape[d] for d in self.order])
+        self.lines: list[str] = []
+        self.memo: dict[tuple, ops.Value] = {}
+        self.taken: set[str] = set(self.graph.order) | {"offsets", "mask", "pid"}
+        self.used: set[str] = set()
+        self.pointers: dict[str, str] = {}   # buffer name -> pointer parameter
+        self.vars: set[Var] = set()
+
+    # -- names --------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        """`hint` itself the first time a node is computed, `hint_1`, ... after."""
+        name, n = hint, 0
+        while name in self.used or (name in self.taken and name != hint):
+            n += 1
+            name = f"{hint}_{n}"
+        self.used.add(name)
+        return name
+
+    def atom_name(self, atom) -> str:
+        if isinstance(atom, Var):
+            self.vars.add(atom)
+            return f"x{atom.dim}"
+        return render_flat(atom)
+
+    def index_text(self, expr: Expr) -> str:
+        return expr.render(self.atom_name)
+
+    def address(self, expr: Expr) -> str:
+        return self.space.collapse(expr).render(self.atom_name)
+
+    @staticmethod
+    def mask_text(mask: tuple[str, ...]) -> str:
+        return " & ".join(("mask",) + mask)
+
+    # -- values -------------------------------------------------------------
+    def root_index(self) -> tuple[Expr, ...]:
+        """The index of a stored value: logical dim order[k] walks variable x_k."""
+        index = [None] * len(self.order)
+        for k, d in enumerate(self.order):
+            index[d] = self.space.var(k)
+        return tuple(index)
+
+    def temp(self, code: str, dtype: torch.dtype, hint: str, comment: str = "") -> ops.Value:
+        name = self.fresh(hint)
+        self.lines.append(f"{name} = {code}" + (f"  # {comment}" if comment else ""))
+        return ops.Value(name, dtype)
+
+    def value(self, name: str, index: tuple[Expr, ...], mask: tuple[str, ...] = ()) -> ops.Value:
+        key = (name, index, mask)
+        if key not in self.memo:
+            self.memo[key] = self._evaluate(name, index, mask)
+        return self.memo[key]
+
+    def _evaluate(self, name: str, index, mask) -> ops.Value:
+        node = self.graph[name]
+        if self.plan.is_loadable(name, self.kernel.stage):
+            return self.load(name, index, mask)
+        op_name = node.op_name
+        op = ops.Op(node, self.graph, self, index, mask)
+        if op_name in ops.VIEWS:
+            source, source_index = ops.VIEWS[op_name](op, index)
+            return self.value(source, source_index, mask)
+        rule = ops.INDEXED.get(op_name) or ops.POINTWISE[op_name]
+        code = rule(op)
+        return self.temp(code, op.compute, name, _provenance(node))
+
+    def load(self, name: str, index, mask) -> ops.Value:
+        meta = self.graph[name].meta
+        if name not in self.pointers:
+            self.pointers[name] = f"{name}_ptr"
+        offset = Expr()
+        for e, stride, size in zip(index, meta.stride, meta.shape):
+            if size > 1:
+                offset = offset + e * stride
+        if offset.is_const:  # one element for every lane (a 0-d or fully broadcast input): a scalar load
+            code = f"tl.load({self.pointers[name]} + {offset.const})"
+        else:
+            code = f"tl.load({self.pointers[name]} + {self._paren(self.address(offset))}, mask={self.mask_text(mask)}, other=0)"
+        dtype = meta.dtype
+        if dtype in dtypes.LOW_PRECISION:
+            code += ".to(tl.float32)"
+            dtype = torch.float32
+        return self.temp(code, dtype, name)
+
+    @staticmethod
+    def _paren(text: str) -> str:
+        return text if text.isidentifier() or text.isdigit() else f"({text})"
+
+    # -- the whole kernel ---------------------------------------------------
+    def write(self) -> KernelSource:
+        stores = []
+        for k, name in enumerate(self.kernel.stores):
+            meta = self.graph[name].meta
+            value = self.value(name, self.root_index())
+            out = "out_ptr" if len(self.kernel.stores) == 1 else f"out{k}_ptr"
+            offset = Expr()
+            for e, stride in zip(self.root_index(), output_strides(meta)):
+                offset = offset + e * stride
+            code = ops.cast(value, meta.dtype)
+            address = "offsets" if offset.is_const else self._paren(self.address(offset))  # const: numel is 1
+            stores.append((out, name, f"tl.store({out} + {address}, {code}, mask=mask)"))
+        params = [p for p in self.pointers.values()] + [s[0] for s in stores]
+        args = list(self.pointers) + [s[1] for s in stores]
+        defs = [f"x{v.dim} = {self.space.definition(v)}" for v in sorted(self.vars, key=lambda v: v.dim)]
+        space = " x ".join(map(str, self.space.shape)) or "scalar"
+        header = [
+            f"kernel {self.kernel.index}: {', '.join(self.kernel.nodes) or 'copy'}",
+            f"  aten ops: {', '.join(dict.fromkeys(self.kernel.op_names)) or '-'}",
+            f"  iteration space: [{space}] (dims {self.order} of {list(self.kernel.shape)})",
+            f"  reads {', '.join(self.kernel.loads) or '-'}; writes {', '.join(self.kernel.stores)}",
+        ]
+        return KernelSource(
+            kernel=self.kernel,
+            name=self.kernel.name,
+            params=params,
+            args=args,
+            numel=self.space.numel,
+            header=header,
+            body=defs + self.lines + [s[2] for s in stores],
+            wide_index=self.space.numel > INT32_LIMIT or _max_offset(self.graph, args) > INT32_LIMIT,
+        )
+
+
+def _provenance(node) -> str:
+    return f"aten.{node.target._opname}.{node.target._overloadname}"
+
+
+def _max_offset(graph, names) -> int:
+    """The largest element offset any buffer of the kernel is addressed at."""
+    worst = 0
+    for name in names:
+        meta = graph[name].meta
+        worst = max(worst, sum((s - 1) * st for s, st in zip(meta.shape, meta.stride) if s > 0))
+    return worst

@@ -1,0 +1,122 @@
+"""A fusion plan -> the source of one Python module: Triton kernels + `call(*inputs)`.
+
+`call` allocates what the kernels write, launches them, runs extern ATen ops in
+between, copies mutated inputs back and returns the graph's outputs. Everything
+that depends on the input signature (shapes, strides, grids) is a literal here,
+so a call does no work beyond launching.
+"""
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+
+import jinja2
+import torch
+
+from minicomp.codegen.kernel import KernelSource, KernelWriter
+from minicomp.fusion import Extern, Kernel, Plan, output_strides
+from minicomp.ir import Ref, TensorMeta
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+if not TEMPLATES.is_dir():  # running from a source checkout: templates/ sits beside the package
+    TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+
+
+def launch_config(numel: int, device: torch.device) -> tuple[int, int]:
+    """(BLOCK_SIZE, num_warps). On a GPU, 1024 elements for 4 warps gives each
+    thread 8 contiguous elements: two 16-byte loads of float32 per input.
+    Triton's interpreter runs one program at a time in numpy, so on the CPU
+    fewer, larger blocks are much faster."""
+    if device.type == "cpu":
+        return min(max(triton_next_power_of_2(numel), 16), 1 << 16), 1
+    if numel <= 4096:
+        return max(triton_next_power_of_2(numel), 128), 4 if numel > 1024 else 1
+    return 1024, 4
+
+
+def triton_next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def render_module(plan: Plan, function: str = "fn") -> str:
+    graph = plan.graph
+    device = _device(plan)
+    kernels: list[str] = []
+    wrapper: list[str] = []
+    for step in plan.steps:
+        if isinstance(step, Extern):
+            wrapper.append(_extern_line(graph[step.node]))
+            continue
+        for name in step.stores:
+            meta = graph[name].meta
+            wrapper.append(f"{name} = torch.empty_strided({meta.shape}, {output_strides(meta)}, "
+                           f"dtype={meta.dtype}, device={str(meta.device)!r})")
+        if graph[step.stores[0]].meta.numel == 0:
+            continue
+        source = KernelWriter(plan, step).write()
+        kernels.append(ENV.get_template("kernel.py.j2").render(**vars(source)).rstrip())
+        wrapper.append(_launch_line(source, device))
+    wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
+    outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
+    wrapper.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
+    return ENV.get_template("module.py.j2").render(
+        function=function,
+        device=device,
+        inputs=[f"{n}: {graph[n].meta} stride {graph[n].meta.stride}" if isinstance(graph[n].meta, TensorMeta)
+                else f"{n}: {graph[n].meta}" for n in graph.inputs],
+        graph=str(graph).splitlines(),
+        plan=str(plan).splitlines(),
+        kernels=kernels,
+        args=graph.inputs,
+        wrapper=wrapper,
+    )
+
+
+def _device(plan: Plan) -> torch.device:
+    for name in plan.graph.order:
+        meta = plan.graph[name].meta
+        if isinstance(meta, TensorMeta):
+            return meta.device
+    return torch.device("cpu")
+
+
+def _launch_line(source: KernelSource, device: torch.device) -> str:
+    block, warps = launch_config(source.numel, device)
+    grid = -(-source.numel // block)
+    args = ", ".join(source.args + [str(source.numel)])
+    return f"{source.name}[({grid},)]({args}, BLOCK_SIZE={block}, num_warps={warps})"
+
+
+def _extern_line(node) -> str:
+    if node.target is operator.getitem:
+        return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
+    else:
+        call = f"{target.__module__}.{target.__qualname__}"
+    args = [render_arg(a) for a in node.args] + [f"{k}={render_arg(v)}" for k, v in node.kwargs.items()]
+    return f"{node.name} = {call}({', '.join(args)})"
+
+
+def render_arg(value) -> str:
+    """An FX argument as Python source inside the wrapper."""
+    if isinstance(value, Ref):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(render_arg(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f'float("{value}")'
+    return repr(value)

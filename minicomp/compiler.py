@@ -1,0 +1,37 @@
+"""The pipeline, in one function: ATen graph -> IR -> fusion plan -> source -> module.
+
+    gm --ir.from_fx--> Graph --fusion.plan--> Plan --codegen--> source --runtime.load--> call
+
+Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch.fx
+
+from minicomp import codegen, fusion, ir, runtime
+from minicomp.fusion import Plan
+from minicomp.ir import Graph, TensorMeta
+
+
+@dataclass
+class Compiled:
+    graph: Graph
+    plan: Plan
+    source: str
+    call: Callable  # call(*input tensors) -> tuple of outputs
+
+
+def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None) -> Compiled:
+    graph = ir.from_fx(gm, input_names)          # typed nodes over a networkx DiGraph
+    plan = fusion.plan(graph)                    # kernels, extern calls, their order, refusals
+    source = codegen.render_module(plan, name)   # Triton kernels + Python wrapper, as text
+    module = runtime.load(source, name, interpret=_runs_on_cpu(graph))
+    return Compiled(graph, plan, source, module.call)
+
+
+def _runs_on_cpu(graph: Graph) -> bool:
+    metas = [graph[n].meta for n in graph.order if isinstance(graph[n].meta, TensorMeta)]
+    return all(m.device.type == "cpu" for m in metas)

@@ -1,0 +1,247 @@
+"""Index expressions: integer affine forms over the kernel's iteration variables.
+
+A fused kernel walks one iteration space, a shape S, as a flat range of
+`offsets`. Iteration variable k is the index along dim k of S:
+
+    x_k = (offsets // P_k) % S_k          P_k = S[k+1] * ... * S[-1]
+
+Every tensor value inside the kernel is evaluated at an index: one `Expr` per
+dim of that value's shape. Views rewrite the index and never copy: a permute
+reorders it, a slice scales and shifts it, a reshape splits and merges it with
+// and %. A load finally turns an index into an address, sum(index_k * stride_k).
+
+`Expr` keeps just enough algebra to make those indexes read like hand-written
+ones: constants fold, multiples pull out of // and %, and at render time a run
+of trailing variables whose strides match S collapses back into `offsets`
+(so a contiguous load is `x_ptr + offsets`, which Triton vectorizes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Var:
+    """Iteration variable `x{dim}` of an iteration space, 0 <= x < size."""
+    dim: int
+    size: int
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return 0, self.size - 1
+
+
+@dataclass(frozen=True)
+class FloorDiv:
+    expr: "Expr"
+    divisor: int
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        lo, hi = self.expr.bounds
+        return lo // self.divisor, hi // self.divisor
+
+
+@dataclass(frozen=True)
+class Mod:
+    expr: "Expr"
+    divisor: int
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        lo, hi = self.expr.bounds
+        return (0, min(hi, self.divisor - 1)) if lo >= 0 else (-(self.divisor - 1), self.divisor - 1)
+
+
+@dataclass(frozen=True)
+class Flat:
+    """`offsets % modulus` (or plain `offsets`): several trailing variables at once."""
+    modulus: int | None
+    numel: int
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return 0, (self.modulus or self.numel) - 1
+
+
+Atom = Var | FloorDiv | Mod | Flat
+
+
+def _atom_order(atom: Atom):
+    # Deterministic term order: variables by dim, then compound atoms by text.
+    if isinstance(atom, Var):
+        return (0, atom.dim, "")
+    if isinstance(atom, Flat):
+        return (1, 0, "")
+    return (2, 0, repr(atom))
+
+
+@dataclass(frozen=True)
+class Expr:
+    """sum(coeff * atom) + const, with integer coefficients."""
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+    # -- construction -----------------------------------------------------
+    @staticmethod
+    def of(atom: Atom) -> "Expr":
+        return Expr(((atom, 1),))
+
+    @staticmethod
+    def _make(coeffs: dict, const: int) -> "Expr":
+        terms = tuple(sorted(((a, c) for a, c in coeffs.items() if c != 0), key=lambda t: _atom_order(t[0])))
+        return Expr(terms, const)
+
+    def __add__(self, other: "Expr | int") -> "Expr":
+        if isinstance(other, int):
+            return Expr(self.terms, self.const + other)
+        coeffs = dict(self.terms)
+        for atom, c in other.terms:
+            coeffs[atom] = coeffs.get(atom, 0) + c
+        return Expr._make(coeffs, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: "Expr | int") -> "Expr":
+        return self + (other * -1)
+
+    def __mul__(self, k: int) -> "Expr":
+        if k == 0:
+            return Expr()
+        return Expr(tuple((a, c * k) for a, c in self.terms), self.const * k)
+
+    __rmul__ = __mul__
+
+    # -- queries ----------------------------------------------------------
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    @cached_property
+    def bounds(self) -> tuple[int, int]:
+        lo = hi = self.const
+        for atom, c in self.terms:
+            a_lo, a_hi = atom.bounds
+            lo += min(c * a_lo, c * a_hi)
+            hi += max(c * a_lo, c * a_hi)
+        return lo, hi
+
+    # -- integer division --------------------------------------------------
+    def _split(self, d: int) -> tuple["Expr", "Expr"]:
+        """self = d * quotient + rest, pulling every multiple of d out of rest."""
+        q_terms = {a: c // d for a, c in self.terms if c % d == 0}
+        r_terms = {a: c for a, c in self.terms if c % d != 0}
+        q_const, r_const = divmod(self.const, d)
+        return Expr._make(q_terms, q_const), Expr._make(r_terms, r_const)
+
+    def floordiv(self, d: int) -> "Expr":
+        if d == 1:
+            return self
+        quotient, rest = self._split(d)
+        lo, hi = rest.bounds
+        if lo < 0:  # only lanes masked off can be negative; keep the plain form
+            return Expr.of(FloorDiv(self, d))
+        if hi < d:
+            return quotient
+        return quotient + Expr.of(FloorDiv(rest, d))
+
+    def mod(self, d: int) -> "Expr":
+        if d == 1:
+            return Expr()
+        _, rest = self._split(d)
+        lo, hi = rest.bounds
+        if lo < 0:
+            return Expr.of(Mod(self, d))
+        if hi < d:
+            return rest
+        return Expr.of(Mod(rest, d))
+
+    # -- rendering --------------------------------------------------------
+    def render(self, name: Callable[[Atom], str]) -> str:
+        """Triton source; `name` spells atoms that are variables of the kernel."""
+        parts = []
+        for atom, c in self.terms:
+            text = _render_atom(atom, name)
+            parts.append(text if c == 1 else f"{c}*{text}" if c > 0 else f"-{text}" if c == -1 else f"({c})*{text}")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        out = " + ".join(parts)
+        return out.replace("+ -", "- ")
+
+
+def _render_atom(atom: Atom, name: Callable[[Atom], str]) -> str:
+    if isinstance(atom, FloorDiv):
+        return f"({_paren(atom.expr, name)} // {atom.divisor})"
+    if isinstance(atom, Mod):
+        return f"({_paren(atom.expr, name)} % {atom.divisor})"
+    return name(atom)
+
+
+def _paren(expr: Expr, name) -> str:
+    text = expr.render(name)
+    return text if len(expr.terms) + bool(expr.const) <= 1 else f"({text})"
+
+
+def const(value: int) -> Expr:
+    return Expr((), value)
+
+
+# -- the iteration space --------------------------------------------------------
+
+
+def contiguous_strides(shape) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return strides[::-1]
+
+
+class IterationSpace:
+    """The dims a kernel walks, outermost first, and their index variables."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self.numel = 1
+        for s in self.shape:
+            self.numel *= s
+        self.pitch = contiguous_strides(self.shape)  # P_k in the module docstring
+
+    def var(self, dim: int) -> Expr:
+        size = self.shape[dim]
+        return const(0) if size == 1 else Expr.of(Var(dim, size))
+
+    def definition(self, var: Var) -> str:
+        """Triton source of `x{dim}` in terms of `offsets`."""
+        pitch = self.pitch[var.dim]
+        outermost = all(s == 1 for s in self.shape[: var.dim])
+        text = "offsets" if pitch == 1 else f"offsets // {pitch}"
+        if outermost:
+            return text
+        return f"{text} % {var.size}" if pitch == 1 else f"({text}) % {var.size}"
+
+    def collapse(self, expr: Expr) -> Expr:
+        """Rewrite c * sum_{j>=k} P_j * x_j as c * (offsets % P_{k-1})."""
+        coeff = {a.dim: c for a, c in expr.terms if isinstance(a, Var)}
+        live = [d for d, s in enumerate(self.shape) if s > 1]
+        if not live or live[-1] not in coeff:
+            return expr
+        scale = coeff[live[-1]] // self.pitch[live[-1]]
+        if scale == 0 or coeff[live[-1]] != scale * self.pitch[live[-1]]:
+            return expr
+        first = len(live) - 1
+        while first > 0 and coeff.get(live[first - 1]) == scale * self.pitch[live[first - 1]]:
+            first -= 1
+        if first == len(live) - 1 and first > 0:
+            return expr  # a lone innermost variable reads better as itself
+        top = live[first]
+        modulus = None if first == 0 else self.pitch[top] * self.shape[top]
+        kept = {a: c for a, c in expr.terms if not (isinstance(a, Var) and a.dim in live[first:])}
+        kept[Flat(modulus, self.numel)] = scale
+        return Expr._make(kept, expr.const)
+
+
+def render_flat(atom: Flat) -> str:
+    return "offsets" if atom.modulus is None else f"(offsets % {atom.modulus})"

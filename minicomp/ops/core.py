@@ -1,0 +1,133 @@
+"""The currency of lowering: `Value`, the `Op` a rule sees, and the rule registries."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+
+from minicomp import dtypes
+from minicomp.dtypes import literal
+from minicomp.indexing import Expr, const, contiguous_strides
+from minicomp.ir import Graph, Node, Ref, TensorMeta
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Value:
+    """A value inside a kernel: Triton source text and the dtype it is held in.
+
+    `dtype is None` marks a Python scalar (a literal that takes the other
+    operand's type, as in PyTorch); `py` keeps its Python value.
+    """
+    code: str
+    dtype: torch.dtype | None
+    py: object = None
+
+
+class Writer(Protocol):
+    """What lowering rules need from the kernel writer (codegen.kernel)."""
+
+    def value(self, name: str, index: tuple[Expr, ...], mask: tuple[str, ...]) -> Value: ...
+    def temp(self, code: str, dtype: torch.dtype, hint: str) -> Value: ...
+    def index_text(self, expr: Expr) -> str: ...
+
+
+def cast(v: Value, dtype: torch.dtype) -> str:
+    """Source of `v` converted to `dtype` (literals are written in it directly)."""
+    if v.dtype is None:
+        return literal(v.py, dtype)
+    if v.dtype == dtype:
+        return v.code
+    if dtype == torch.bool:
+        return f"({v.code} != 0)"
+    return f"{v.code}.to({dtypes.triton_dtype(dtype)})"
+
+
+def broadcast_index(index: tuple[Expr, ...], shape: tuple[int, ...]) -> tuple[Expr, ...]:
+    """Index of a broadcast operand of `shape` (PyTorch broadcasting rules)."""
+    tail = index[len(index) - len(shape):] if shape else ()
+    return tuple(const(0) if size == 1 else e for e, size in zip(tail, shape))
+
+
+def bind(node: Node) -> dict:
+    """Node arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    bound = {}
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    for arg, value in zip(positional, node.args):
+        bound[arg.name] = value
+    bound.update(node.kwargs)
+    for arg in schema.arguments:
+        if arg.name not in bound and arg.has_default_value():
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+class Op:
+    """One node being lowered at one index: its operands, params and dtypes."""
+
+    def __init__(self, node: Node, graph: Graph, writer: Writer, index, mask):
+        self.node, self.graph, self.writer = node, graph, writer
+        self.index, self.mask = index, mask
+        self.args = bind(node)
+        self.out_dtype = node.meta.dtype
+        self.compute = dtypes.compute_dtype(self.out_dtype)
+
+    def param(self, name: str):
+        return self.args.get(name)
+
+    def value(self, name: str, index=None, mask=None) -> Value:
+        """The operand named `name` as a Value, broadcast to this node's index."""
+        arg = self.args[name]
+        if not isinstance(arg, Ref):
+            return Value(literal(arg), None, arg)
+        meta = self.graph[arg.name].meta
+        index = broadcast_index(self.index, meta.shape) if index is None else index
+        return self.writer.value(arg.name, index, self.mask if mask is None else mask)
+
+    def operand(self, name: str, dtype: torch.dtype | None = None) -> str:
+        """The operand's source, cast to `dtype` (default: this op's compute dtype)."""
+        return cast(self.value(name), dtype or self.compute)
+
+    def promoted(self, *names: str) -> torch.dtype:
+        """PyTorch's promoted dtype of the operands (what comparisons compute in)."""
+        dummies = []
+        for name in names:
+            arg = self.args[name]
+            if isinstance(arg, Ref):
+                meta = self.graph[arg.name].meta
+                dummies.append(torch.empty((1,) * min(meta.ndim, 1), dtype=meta.dtype, device="meta"))
+            else:
+                dummies.append(arg)
+        return dtypes.compute_dtype(torch.result_type(*dummies))
+
+    def temp(self, code: str, dtype: torch.dtype | None = None) -> str:
+        """A helper line `<node>_tmp = code` (for values a rule uses more than once)."""
+        if code.isidentifier():
+            return code
+        return self.writer.temp(code, dtype or self.compute, f"{self.node.name}_tmp").code
+
+
+Rule = Callable[[Op], str]
+POINTWISE: dict[str, Rule] = {}
+VIEWS: dict[str, Callable[[Op, tuple], tuple[str, tuple]]] = {}
+INDEXED: dict[str, Rule] = {}
+
+
+def _registrar(table: dict):
+    def decorator(*names: str):
+        def register(fn):
+            for name in names:
+                table[name] = fn
+            return fn
+        return register
+    return decorator
+
+
+pointwise = _registrar(POINTWISE)  # @pointwise("add") def add(op) -> source of add
+view = _registrar(VIEWS)           # @view("permute") def permute(op, index) -> (input, its index)
+indexed = _registrar(INDEXED)      # @indexed("cat") def cat(op) -> source of the gathered value
+
+

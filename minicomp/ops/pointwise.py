@@ -1,0 +1,300 @@
+"""Pointwise lowering rules: ATen op -> Triton expression of its operands."""
+from __future__ import annotations
+
+import torch
+
+from minicomp import dtypes
+from minicomp.dtypes import literal
+from minicomp.ir import Graph, Node
+from minicomp.ops.core import Op, Rule, POINTWISE, bind, cast, pointwise
+
+NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
+
+
+# -- pointwise: simple tables ------------------------------------------------
+
+# float functions of one operand; ints and bools are converted to float first.
+# (tl.sigmoid is a @triton.jit library function, which the interpreter cannot
+# call from a kernel imported in compiled mode: it is spelled out instead.)
+UNARY_FLOAT = {
+    "exp": "tl.exp({})", "exp2": "tl.exp2({})", "log": "tl.log({})", "log2": "tl.log2({})",
+    "sin": "tl.sin({})", "cos": "tl.cos({})", "erf": "tl.erf({})", "sigmoid": "1.0 / (1.0 + tl.exp(-{}))",
+    "log10": "libdevice.log10({})", "log1p": "libdevice.log1p({})", "expm1": "libdevice.expm1({})",
+    "sqrt": "libdevice.sqrt({})", "rsqrt": "libdevice.rsqrt({})", "tan": "libdevice.tan({})",
+    "tanh": "libdevice.tanh({})", "asin": "libdevice.asin({})", "acos": "libdevice.acos({})",
+    "atan": "libdevice.atan({})", "sinh": "libdevice.sinh({})", "cosh": "libdevice.cosh({})",
+    "asinh": "libdevice.asinh({})", "acosh": "libdevice.acosh({})", "atanh": "libdevice.atanh({})",
+    "reciprocal": "1.0 / {}", "erfc": "libdevice.erfc({})",
+}
+# functions of one operand that keep its dtype (identity on integers where noted).
+UNARY_SAME = {
+    "neg": "-{}", "abs": "tl.abs({})", "relu": "tl.where({0} < 0, 0, {0})",
+    "floor": "tl.floor({})", "ceil": "tl.ceil({})", "trunc": "libdevice.trunc({})",
+    "round": "libdevice.nearbyint({})", "frac": "{0} - libdevice.trunc({0})",
+}
+ROUNDING = {"floor", "ceil", "trunc", "round"}  # identity on integer tensors
+BINARY = {"mul": "{} * {}", "atan2": "libdevice.atan2({}, {})", "hypot": "libdevice.hypot({}, {})",
+          "bitwise_and": "{} & {}", "bitwise_or": "{} | {}", "bitwise_xor": "{} ^ {}",
+          "fmax": "tl.maximum({}, {})", "fmin": "tl.minimum({}, {})"}
+COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
+
+
+def _unary_float(template: str) -> Rule:
+    return lambda op: template.format(op.operand("self"))
+
+
+def _unary_same(name: str, template: str) -> Rule:
+    def rule(op: Op) -> str:
+        x = op.operand("self")
+        if name in ROUNDING and not op.compute.is_floating_point:
+            return x
+        if name == "abs" and op.compute == torch.bool:
+            return x
+        return template.format(x)
+    return rule
+
+
+def _binary(template: str) -> Rule:
+    def rule(op: Op) -> str:
+        a, b = op.operand("self"), op.operand("other")
+        if template == "{} * {}" and op.compute == torch.bool:
+            return f"{a} & {b}"
+        return template.format(a, b)
+    return rule
+
+
+def _compare(symbol: str) -> Rule:
+    def rule(op: Op) -> str:
+        dtype = op.promoted("self", "other")
+        return f"{op.operand('self', dtype)} {symbol} {op.operand('other', dtype)}"
+    return rule
+
+
+def _logical(symbol: str) -> Rule:
+    return lambda op: f"{op.operand('self', torch.bool)} {symbol} {op.operand('other', torch.bool)}"
+
+
+for _name, _t in UNARY_FLOAT.items():
+    POINTWISE[_name] = _unary_float(_t)
+for _name, _t in UNARY_SAME.items():
+    POINTWISE[_name] = _unary_same(_name, _t)
+for _name, _t in BINARY.items():
+    POINTWISE[_name] = _binary(_t)
+for _name, _s in COMPARE.items():
+    POINTWISE[_name] = _compare(_s)
+for _name, _s in LOGICAL.items():
+    POINTWISE[_name] = _logical(_s)
+
+
+# -- pointwise: rules with a little logic ----------------------------------------
+
+def _scaled(op: Op, name: str) -> str:
+    alpha = op.param("alpha")
+    x = op.operand(name)
+    return x if alpha in (None, 1) else f"{x} * {literal(alpha, op.compute)}"
+
+
+@pointwise("add")
+def add(op: Op) -> str:
+    if op.compute == torch.bool:
+        return f"{op.operand('self')} | {op.operand('other')}"
+    return f"{op.operand('self')} + {_scaled(op, 'other')}"
+
+
+@pointwise("sub")
+def sub(op: Op) -> str:
+    return f"{op.operand('self')} - {_scaled(op, 'other')}"
+
+
+@pointwise("rsub")
+def rsub(op: Op) -> str:
+    return f"{op.operand('other')} - {_scaled(op, 'self')}"
+
+
+@pointwise("div")
+def div(op: Op) -> str:
+    a, b = op.operand("self"), op.operand("other")
+    mode = op.param("rounding_mode")
+    if mode is None:
+        return f"{a} / {b}"
+    if op.compute.is_floating_point:
+        return f"tl.floor({a} / {b})" if mode == "floor" else f"libdevice.trunc({a} / {b})"
+    if mode == "trunc":
+        return f"{a} // {b}"  # Triton's integer // truncates, like C
+    return _int_floor_div(op, a, b)
+
+
+@pointwise("floor_divide")
+def floor_divide(op: Op) -> str:
+    a, b = op.operand("self"), op.operand("other")
+    return f"tl.floor({a} / {b})" if op.compute.is_floating_point else _int_floor_div(op, a, b)
+
+
+def _int_floor_div(op: Op, a: str, b: str) -> str:
+    a, b = op.temp(a), op.temp(b)
+    q = op.temp(f"{a} // {b}")
+    return f"tl.where(({a} % {b} != 0) & (({a} < 0) != ({b} < 0)), {q} - 1, {q})"
+
+
+@pointwise("remainder")
+def remainder(op: Op) -> str:
+    a, b = op.temp(op.operand("self")), op.temp(op.operand("other"))
+    r = op.temp(f"{a} % {b}")  # C-style: sign of a; PyTorch wants the sign of b
+    return f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})"
+
+
+@pointwise("fmod")
+def fmod(op: Op) -> str:
+    return f"{op.operand('self')} % {op.operand('other')}"
+
+
+@pointwise("maximum", "minimum")
+def maximum(op: Op) -> str:
+    fn = "tl.maximum" if op.node.op_name == "maximum" else "tl.minimum"
+    nan = f", {NAN_ALL}" if op.compute.is_floating_point else ""
+    return f"{fn}({op.operand('self')}, {op.operand('other')}{nan})"
+
+
+@pointwise("clamp", "clamp_min", "clamp_max")
+def clamp(op: Op) -> str:
+    x = op.operand("self")
+    nan = f", {NAN_ALL}" if op.compute.is_floating_point else ""
+    if op.args.get("min") is not None:
+        x = f"tl.maximum({x}, {op.operand('min')}{nan})"
+    if op.args.get("max") is not None:
+        x = f"tl.minimum({x}, {op.operand('max')}{nan})"
+    return x
+
+
+@pointwise("where")
+def where(op: Op) -> str:
+    return f"tl.where({op.operand('condition', torch.bool)}, {op.operand('self')}, {op.operand('other')})"
+
+
+@pointwise("logical_not")
+def logical_not(op: Op) -> str:
+    return f"{op.operand('self', torch.bool)} == 0"
+
+
+@pointwise("bitwise_not")
+def bitwise_not(op: Op) -> str:
+    x = op.operand("self")
+    return f"{x} == 0" if op.compute == torch.bool else f"~{x}"
+
+
+@pointwise("isnan")
+def isnan(op: Op) -> str:
+    x = op.value("self")
+    return f"{x.code} != {x.code}" if x.dtype.is_floating_point else "0"
+
+
+@pointwise("sign", "sgn")
+def sign(op: Op) -> str:
+    x = op.temp(op.operand("self"))
+    if op.compute == torch.bool:
+        return x
+    return f"({x} > 0).to({dtypes.triton_dtype(op.compute)}) - ({x} < 0).to({dtypes.triton_dtype(op.compute)})"
+
+
+@pointwise("pow")
+def pow_(op: Op) -> str:
+    base, exponent = op.value("self"), op.value("exponent")
+    if exponent.dtype is None:  # Tensor_Scalar: unroll small integer powers
+        e = exponent.py
+        x = op.temp(cast(base, op.compute))
+        if float(e).is_integer() and 0 <= e <= 4:
+            return " * ".join([x] * int(e)) or literal(1, op.compute)
+        if e == 0.5:
+            return f"libdevice.sqrt({x})"
+        if e == -1:
+            return f"1.0 / {x}"
+        return f"libdevice.pow({x}, {literal(e, op.compute)})"
+    if base.dtype is None and base.py == 2:
+        return f"tl.exp2({cast(exponent, op.compute)})"
+    return f"libdevice.pow({cast(base, op.compute)}, {cast(exponent, op.compute)})"
+
+
+def _pow_supported(node: Node, graph: Graph) -> bool:
+    """Integer powers run in-kernel only with a small constant exponent."""
+    if node.meta.dtype.is_floating_point:
+        return True
+    exponent = bind(node).get("exponent")
+    return isinstance(exponent, (int, float)) and float(exponent).is_integer() and 0 <= exponent <= 4
+
+
+@pointwise("gelu")
+def gelu(op: Op) -> str:
+    x = op.temp(op.operand("self"))
+    if op.param("approximate") == "tanh":
+        inner = op.temp(f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})")
+        return f"0.5 * {x} * (1.0 + libdevice.tanh({inner}))"
+    return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
+
+
+@pointwise("silu")
+def silu(op: Op) -> str:
+    x = op.temp(op.operand("self"))
+    return f"{x} / (1.0 + tl.exp(-{x}))"
+
+
+@pointwise("_to_copy", "convert_element_type")
+def to_copy(op: Op) -> str:
+    """The cast is the whole op. A cast to float16/bfloat16 rounds there, as in
+    eager, even though the value then lives on in float32."""
+    if op.out_dtype in dtypes.LOW_PRECISION:
+        return f"{op.operand('self', op.out_dtype)}.to(tl.float32)"
+    return op.operand("self")
+
+
+@pointwise("copy")
+def copy(op: Op) -> str:
+    return op.operand("src")
+
+
+@pointwise("full", "full_like", "scalar_tensor", "fill")
+def full(op: Op) -> str:
+    value = op.param("fill_value") if "fill_value" in op.args else op.param("value")
+    if value is None:
+        value = op.param("s")
+    return op.temp(f"tl.full([BLOCK_SIZE], {literal(value, op.compute)}, {dtypes.triton_dtype(op.compute)})")
+
+
+@pointwise("arange")
+def arange(op: Op) -> str:
+    start, step = op.param("start") or 0, op.param("step") or 1
+    i = op.writer.index_text(op.index[0])
+    return op.temp(f"({literal(start, op.compute)} + {i} * {literal(step, op.compute)}).to({dtypes.triton_dtype(op.compute)})")
+
+
+@pointwise("threshold_backward")
+def threshold_backward(op: Op) -> str:
+    return f"tl.where({op.operand('self')} <= {literal(op.param('threshold'), op.compute)}, 0.0, {op.operand('grad_output')})"
+
+
+@pointwise("sigmoid_backward")
+def sigmoid_backward(op: Op) -> str:
+    y = op.temp(op.operand("output"))
+    return f"{op.operand('grad_output')} * {y} * (1.0 - {y})"
+
+
+@pointwise("tanh_backward")
+def tanh_backward(op: Op) -> str:
+    y = op.temp(op.operand("output"))
+    return f"{op.operand('grad_output')} * (1.0 - {y} * {y})"
+
+
+@pointwise("gelu_backward")
+def gelu_backward(op: Op) -> str:
+    g, x = op.operand("grad_output"), op.temp(op.operand("self"))
+    if op.param("approximate") == "tanh":
+        inner = op.temp(f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})")
+        t = op.temp(f"libdevice.tanh({inner})")
+        d_inner = f"0.7978845608028654 * (1.0 + 0.134145 * {x} * {x})"
+        return f"{g} * (0.5 * (1.0 + {t}) + 0.5 * {x} * (1.0 - {t} * {t}) * {d_inner})"
+    cdf = f"0.5 * (1.0 + tl.erf({x} * 0.7071067811865476))"
+    pdf = f"0.3989422804014327 * tl.exp(-0.5 * {x} * {x})"
+    return f"{g} * ({cdf} + {x} * {pdf})"
+
+
+SPECIAL_SUPPORT = {"pow": _pow_supported}  # ops that fuse only for some arguments

@@ -1,0 +1,207 @@
+"""View and indexed lowering rules: data movement as index arithmetic.
+
+A view rule maps the index of its output to the index of its input (no copy).
+An indexed rule (cat, slice_backward, constant_pad_nd) builds its value from
+inputs at shifted indexes, each load masked to the part it serves.
+"""
+from __future__ import annotations
+
+import torch
+
+from minicomp.dtypes import literal
+from minicomp.indexing import Expr, const, contiguous_strides
+from minicomp.ir import TensorMeta
+from minicomp.ops.core import Op, broadcast_index, cast, indexed, view
+
+
+# -- views: the input's index, given the output's ---------------------------------
+
+def _dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+def _input(op: Op) -> tuple[str, TensorMeta]:
+    ref = op.args["self"]
+    return ref.name, op.graph[ref.name].meta
+
+
+@view("alias", "clone", "detach", "lift_fresh_copy", "contiguous")
+def identity(op: Op, index):
+    return _input(op)[0], index
+
+
+@view("expand")
+def expand(op: Op, index):
+    name, meta = _input(op)
+    return name, broadcast_index(index, meta.shape)
+
+
+@view("permute")
+def permute(op: Op, index):
+    name, meta = _input(op)
+    dims = [_dim(d, meta.ndim) for d in op.param("dims")]
+    result = [None] * meta.ndim
+    for out_pos, in_dim in enumerate(dims):
+        result[in_dim] = index[out_pos]
+    return name, tuple(result)
+
+
+@view("transpose")
+def transpose(op: Op, index):
+    name, meta = _input(op)
+    a, b = _dim(op.param("dim0"), meta.ndim), _dim(op.param("dim1"), meta.ndim)
+    result = list(index)
+    result[a], result[b] = index[b], index[a]
+    return name, tuple(result)
+
+
+@view("t")
+def t(op: Op, index):
+    return _input(op)[0], tuple(reversed(index))
+
+
+@view("unsqueeze")
+def unsqueeze(op: Op, index):
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim + 1)
+    return name, index[:d] + index[d + 1:]
+
+
+@view("squeeze")
+def squeeze(op: Op, index):
+    name, meta = _input(op)
+    dims = op.param("dims") if "dims" in op.args else op.param("dim")
+    dims = range(meta.ndim) if dims is None else [dims] if isinstance(dims, int) else dims
+    dropped = {_dim(d, max(meta.ndim, 1)) for d in dims if meta.ndim and meta.shape[_dim(d, meta.ndim)] == 1}
+    it = iter(index)
+    return name, tuple(const(0) if d in dropped else next(it) for d in range(meta.ndim))
+
+
+@view("select")
+def select(op: Op, index):
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim)
+    i = op.param("index")
+    i = i + meta.shape[d] if i < 0 else i
+    return name, index[:d] + (const(i),) + index[d:]
+
+
+def slice_start(start, size: int) -> int:
+    """PyTorch's start of a slice: negative counts from the end, clamped to [0, size]."""
+    start = 0 if start is None else start
+    start = start + size if start < 0 else start
+    return min(max(start, 0), size)
+
+
+@view("slice")
+def slice_(op: Op, index):
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim)
+    start, step = slice_start(op.param("start"), meta.shape[d]), op.param("step") or 1
+    return name, index[:d] + (index[d] * step + start,) + index[d + 1:]
+
+
+@view("flip")
+def flip(op: Op, index):
+    name, meta = _input(op)
+    dims = {_dim(d, meta.ndim) for d in op.param("dims")}
+    return name, tuple(const(meta.shape[d] - 1) - e if d in dims else e for d, e in enumerate(index))
+
+
+@view("view", "_unsafe_view", "reshape", "_reshape_alias")
+def reshape(op: Op, index):
+    name, meta = _input(op)
+    return name, reshape_index(index, op.node.meta.shape, meta.shape)
+
+
+def reshape_index(index, out_shape, in_shape) -> tuple[Expr, ...]:
+    """Index into `in_shape` of the element at `index` of the same data viewed as `out_shape`.
+
+    Dims are matched in groups of equal element count (size-1 dims carry no
+    index), so only dims that are really split or merged get // and %.
+    """
+    out_dims = [(e, s) for e, s in zip(index, out_shape) if s != 1]
+    in_sizes = [s for s in in_shape if s != 1]
+    inner: list[Expr] = []
+    o = i = 0
+    while i < len(in_sizes):
+        group_out, group_in = [o], [i]
+        out_n, in_n = out_dims[o][1], in_sizes[i]
+        while out_n != in_n:
+            if out_n < in_n:
+                o += 1
+                out_n *= out_dims[o][1]
+                group_out.append(o)
+            else:
+                i += 1
+                in_n *= in_sizes[i]
+                group_in.append(i)
+        linear = const(0)
+        sizes = [out_dims[k][1] for k in group_out]
+        for k, stride in zip(group_out, contiguous_strides(sizes)):
+            linear = linear + out_dims[k][0] * stride
+        sizes = [in_sizes[k] for k in group_in]
+        inner += [linear.floordiv(stride).mod(size) for size, stride in zip(sizes, contiguous_strides(sizes))]
+        o, i = o + 1, i + 1
+    it = iter(inner)
+    return tuple(const(0) if s == 1 else next(it) for s in in_shape)
+
+
+# -- indexed: values made of inputs at several indexes -----------------------------
+
+@indexed("cat")
+def cat(op: Op) -> str:
+    """where(d < n0, x0[d], where(d < n0 + n1, x1[d - n0], ...)), each load masked to its part."""
+    ndim = op.node.meta.ndim
+    d = _dim(op.param("dim"), ndim)
+    parts = []
+    start = 0
+    for ref in op.param("tensors"):
+        meta = op.graph[ref.name].meta
+        if meta.ndim != ndim or meta.shape[d] == 0:  # legacy 1-d empty inputs are skipped, like ATen
+            continue
+        parts.append((ref.name, start, start + meta.shape[d]))
+        start += meta.shape[d]
+    pos = op.writer.index_text(op.index[d])
+    result = None
+    for k, (name, lo, hi) in reversed(list(enumerate(parts))):
+        cond = [f"({pos} >= {lo})"] if k > 0 else []
+        cond += [f"({pos} < {hi})"] if k < len(parts) - 1 else []
+        index = op.index[:d] + (op.index[d] - lo,) + op.index[d + 1:]
+        v = cast(op.writer.value(name, index, op.mask + tuple(cond)), op.compute)
+        result = v if result is None else f"tl.where({cond[-1]}, {v}, {result})"
+    return result
+
+
+@indexed("slice_backward")
+def slice_backward(op: Op) -> str:
+    """The gradient of a slice: grad at (i - start) / step inside the slice, 0 elsewhere."""
+    d = _dim(op.param("dim"), op.node.meta.ndim)
+    size = op.node.meta.shape[d]
+    start, step = slice_start(op.param("start"), size), op.param("step")
+    end = max(slice_start(op.param("end"), size), start)
+    pos = op.writer.index_text(op.index[d])
+    inside = f"({pos} >= {start}) & ({pos} < {end})"
+    if step != 1:
+        inside += f" & (({pos} - {start}) % {step} == 0)"
+    inner = (op.index[d] - start).floordiv(step) if step != 1 else op.index[d] - start
+    inside = op.temp(inside, torch.bool)
+    grad = cast(op.writer.value(op.args["grad_output"].name, op.index[:d] + (inner,) + op.index[d + 1:],
+                                op.mask + (inside,)), op.compute)
+    return f"tl.where({inside}, {grad}, 0.0)"
+
+
+@indexed("constant_pad_nd")
+def constant_pad_nd(op: Op) -> str:
+    name, meta = _input(op)
+    pad = op.param("pad")
+    index, conds = list(op.index), []
+    for k in range(len(pad) // 2):
+        d = meta.ndim - 1 - k
+        before = pad[2 * k]
+        pos = op.writer.index_text(op.index[d])
+        conds.append(f"({pos} >= {before}) & ({pos} < {before + meta.shape[d]})")
+        index[d] = op.index[d] - before
+    inside = op.temp(" & ".join(conds), torch.bool)
+    x = cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)
+    return f"tl.where({inside}, {x}, {literal(op.param('value'), op.compute)})"
