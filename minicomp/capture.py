@@ -4,6 +4,9 @@ The only module that touches make_fx. Tracing runs on fake tensors (no real
 compute), through functionalization (in-place ops become pure ops plus
 `copy_` into the mutated input at the end) and PyTorch's core ATen
 decompositions (silu -> x * sigmoid(x), stack -> unsqueeze + cat, ...).
+Tensors the function closes over (a global weight) become constants of the
+trace, like Python scalars: their values are captured when the signature is
+first compiled.
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
     tensors = [leaves[i] for i in tensor_slots]
     with torch.no_grad():
         gm = make_fx(functionalize(flat_fn, remove="mutations"), decomposition_table=decompositions(),
-                     tracing_mode="fake")(*[t.detach() for t in tensors])
+                     tracing_mode="fake", _allow_non_fake_inputs=True)(*[t.detach() for t in tensors])
     return Traced(gm, [leaf_names[i] for i in tensor_slots], tensor_slots, out_spec)
 
 

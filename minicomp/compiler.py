@@ -6,6 +6,7 @@ Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -29,7 +30,8 @@ def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[
     plan = fusion.plan(graph)                    # kernels, extern calls, their order, refusals
     source = codegen.render_module(plan, name)   # Triton kernels + Python wrapper, as text
     module = runtime.load(source, name, interpret=_runs_on_cpu(graph))
-    return Compiled(graph, plan, source, module.call)
+    call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
+    return Compiled(graph, plan, source, call)
 
 
 def _runs_on_cpu(graph: Graph) -> bool:

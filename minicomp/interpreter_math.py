@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import triton.language as tl
+from triton.runtime import interpreter
 from triton.runtime.interpreter import TensorHandle
 
 
@@ -43,3 +44,33 @@ libdevice = SimpleNamespace(**{
         "hypot": np.hypot,
     }.items()
 })
+
+
+def float32_to_bfloat16_bits(data: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 (nearest, ties to even) as uint16 bit patterns."""
+    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+    nan = np.isnan(data)
+    return np.where(nan, ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def _round_bfloat16_to_nearest_even() -> None:
+    """Triton 3.6's interpreter truncates float32 -> bfloat16 (and its own
+    round-to-nearest path drops the mantissa carry); GPUs round to nearest
+    even. Make the interpreter agree with the GPU."""
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.cast_impl, "_minicomp_rtne", False):
+        return
+    original = builder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            bits = float32_to_bfloat16_bits(src.data)
+            return TensorHandle(bits.view(interpreter._get_np_dtype(dst_type)), dst_type.scalar)
+        return original(self, src, dst_type)
+
+    cast_impl._minicomp_rtne = True
+    builder.cast_impl = cast_impl
+
+
+_round_bfloat16_to_nearest_even()

@@ -116,10 +116,14 @@ class Graph:
     outputs: one entry per output of the FX graph, a node name or a constant.
     mutations: (input name, node name) pairs: after the call the input holds
     the node's value (from `x.mul_(2)` in the user's function).
+    constants: tensors the trace captured (inputs of the graph that the caller
+    does not pass: the generated `call` takes them as keyword arguments).
     """
 
-    def __init__(self, nodes: list[Node], outputs: list, mutations: list[tuple[str, str]]):
+    def __init__(self, nodes: list[Node], outputs: list, mutations: list[tuple[str, str]],
+                 constants: dict[str, torch.Tensor] | None = None):
         self.nodes = {n.name: n for n in nodes}
+        self.constants = constants or {}
         self.order = [n.name for n in nodes]
         self.outputs = outputs
         self.mutations = mutations
@@ -131,7 +135,8 @@ class Graph:
 
     @property
     def inputs(self) -> list[str]:
-        return [name for name in self.order if self.nodes[name].target == "input"]
+        """The inputs a caller passes, in order (constants excluded)."""
+        return [name for name in self.order if self.nodes[name].target == "input" and name not in self.constants]
 
     def __getitem__(self, name: str) -> Node:
         return self.nodes[name]
@@ -190,6 +195,7 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
     nodes: list[Node] = []
     outputs: list = []
     mutations: list[tuple[str, str]] = []
+    constants: dict[str, torch.Tensor] = {}
     for fx_node in gm.graph.nodes:
         if fx_node.op == "placeholder":
             name = rename.get(fx_node.name, fx_node.name)
@@ -210,6 +216,10 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
                 _meta_of(fx_node.meta.get("val")),
             )
             nodes.append(node)
+        elif fx_node.op == "get_attr":  # a tensor constant of the trace (torch.tensor([...]) in the function)
+            value = getattr(gm, fx_node.target)
+            constants[fx_node.name] = value
+            nodes.append(Node(fx_node.name, "input", meta=_meta_of(value), kind="input"))
         else:
             raise NotImplementedError(f"FX node kind {fx_node.op!r} ({fx_node.name}) in an ATen graph")
-    return Graph(nodes, outputs, mutations)
+    return Graph(nodes, outputs, mutations, constants)

@@ -117,8 +117,8 @@ class KernelWriter:
         for e, stride, size in zip(index, meta.stride, meta.shape):
             if size > 1:
                 offset = offset + e * stride
-        if offset.is_const:  # one element for every lane (a 0-d or fully broadcast input): a scalar load
-            code = f"tl.load({self.pointers[name]} + {offset.const})"
+        if offset.is_const:  # one element for every lane (0-d or fully broadcast): load once, spread
+            code = f"tl.broadcast_to(tl.load({self.pointers[name]} + {offset.const}), [BLOCK_SIZE])"
         else:
             code = f"tl.load({self.pointers[name]} + {self._paren(self.address(offset))}, mask={self.mask_text(mask)}, other=0)"
         dtype = meta.dtype

@@ -74,7 +74,7 @@ def render_module(plan: Plan, function: str = "fn") -> str:
         graph=str(graph).splitlines(),
         plan=str(plan).splitlines(),
         kernels=kernels,
-        args=graph.inputs,
+        args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),
         wrapper=wrapper,
     )
 

@@ -30,9 +30,9 @@ UNARY_FLOAT = {
 UNARY_SAME = {
     "neg": "-{}", "abs": "tl.abs({})", "relu": "tl.where({0} < 0, 0, {0})",
     "floor": "tl.floor({})", "ceil": "tl.ceil({})", "trunc": "libdevice.trunc({})",
-    "round": "libdevice.nearbyint({})", "frac": "{0} - libdevice.trunc({0})",
+"frac": "{0} - libdevice.trunc({0})",
 }
-ROUNDING = {"floor", "ceil", "trunc", "round"}  # identity on integer tensors
+ROUNDING = {"floor", "ceil", "trunc"}  # identity on integer tensors
 BINARY = {"mul": "{} * {}", "atan2": "libdevice.atan2({}, {})", "hypot": "libdevice.hypot({}, {})",
           "bitwise_and": "{} & {}", "bitwise_or": "{} | {}", "bitwise_xor": "{} ^ {}",
           "fmax": "tl.maximum({}, {})", "fmin": "tl.minimum({}, {})"}
@@ -263,8 +263,25 @@ def full(op: Op) -> str:
 @pointwise("arange")
 def arange(op: Op) -> str:
     start, step = op.param("start") or 0, op.param("step") or 1
+    dtype = dtypes.triton_dtype(op.compute)
+    if op.index[0].is_const:
+        return f"tl.full([BLOCK_SIZE], {literal(start + step * op.index[0].const, op.compute)}, {dtype})"
     i = op.writer.index_text(op.index[0])
     return op.temp(f"({literal(start, op.compute)} + {i} * {literal(step, op.compute)}).to({dtypes.triton_dtype(op.compute)})")
+
+
+@pointwise("round")
+def round_(op: Op) -> str:
+    """Half to even, like torch.round; with decimals, at a scaled position."""
+    x = op.operand("self")
+    if not op.compute.is_floating_point:
+        return x
+    decimals = op.param("decimals") or 0
+    if decimals == 0:
+        return f"libdevice.nearbyint({x})"
+    if decimals > 0:
+        return f"libdevice.nearbyint({x} * {10.0 ** decimals}) / {10.0 ** decimals}"
+    return f"libdevice.nearbyint({x} / {10.0 ** -decimals}) * {10.0 ** -decimals}"
 
 
 @pointwise("threshold_backward")

@@ -173,22 +173,49 @@ def cat(op: Op) -> str:
     return result
 
 
-@indexed("slice_backward")
-def slice_backward(op: Op) -> str:
-    """The gradient of a slice: grad at (i - start) / step inside the slice, 0 elsewhere."""
-    d = _dim(op.param("dim"), op.node.meta.ndim)
-    size = op.node.meta.shape[d]
-    start, step = slice_start(op.param("start"), size), op.param("step")
-    end = max(slice_start(op.param("end"), size), start)
+def _slice_bounds(op: Op, size: int) -> tuple[int, int, int]:
+    start, step = slice_start(op.param("start"), size), op.param("step") or 1
+    return start, max(slice_start(op.param("end"), size), start), step
+
+
+def _scatter(op: Op, src: str, inside: str, src_index: tuple, base) -> str:
+    """where(inside, src[src_index], base): `src` written into part of a tensor."""
+    inside = op.temp(inside, torch.bool)
+    value = cast(op.writer.value(src, src_index, op.mask + (inside,)), op.compute)
+    return f"tl.where({inside}, {value}, {base})"
+
+
+def _in_slice(op: Op, d: int) -> tuple[str, Expr]:
+    """(condition that index d lies in the slice, the index inside the slice)."""
+    start, end, step = _slice_bounds(op, op.node.meta.shape[d])
     pos = op.writer.index_text(op.index[d])
     inside = f"({pos} >= {start}) & ({pos} < {end})"
     if step != 1:
         inside += f" & (({pos} - {start}) % {step} == 0)"
-    inner = (op.index[d] - start).floordiv(step) if step != 1 else op.index[d] - start
-    inside = op.temp(inside, torch.bool)
-    grad = cast(op.writer.value(op.args["grad_output"].name, op.index[:d] + (inner,) + op.index[d + 1:],
-                                op.mask + (inside,)), op.compute)
-    return f"tl.where({inside}, {grad}, 0.0)"
+    return inside, (op.index[d] - start).floordiv(step)
+
+
+@indexed("slice_backward")
+def slice_backward(op: Op) -> str:
+    """The gradient of a slice: grad at (i - start) / step inside the slice, 0 elsewhere."""
+    d = _dim(op.param("dim"), op.node.meta.ndim)
+    inside, inner = _in_slice(op, d)
+    return _scatter(op, op.args["grad_output"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:], "0.0")
+
+
+@indexed("slice_scatter")
+def slice_scatter(op: Op) -> str:
+    d = _dim(op.param("dim"), op.node.meta.ndim)
+    inside, inner = _in_slice(op, d)
+    return _scatter(op, op.args["src"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:], op.operand("self"))
+
+
+@indexed("select_scatter")
+def select_scatter(op: Op) -> str:
+    d = _dim(op.param("dim"), op.node.meta.ndim)
+    i = op.param("index") % op.node.meta.shape[d]
+    inside = f"{op.writer.index_text(op.index[d])} == {i}"
+    return _scatter(op, op.args["src"].name, inside, op.index[:d] + op.index[d + 1:], op.operand("self"))
 
 
 @indexed("constant_pad_nd")

@@ -1,0 +1,134 @@
+"""Views, slices, cat and stack lower to index arithmetic: RoPE in every form is one kernel."""
+import pytest
+import torch
+
+from conftest import check
+import workloads as w
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_q_and_k_share_one_kernel(device, dtype):
+    q, k = (torch.randn(2, 3, 5, 8, device=device, dtype=dtype) for _ in range(2))
+    cos, sin = (torch.randn(5, 8, device=device, dtype=dtype) for _ in range(2))
+    source = check(w.rope, q, k, cos, sin, kernels=1)
+    # rotate_half is two masked loads of q at shifted offsets, not a copy
+    assert "q_ptr + (offsets + 4)" in source and "q_ptr + (offsets - 4)" in source
+
+
+def test_rope_grouped_query_attention_is_two_kernels(device):
+    q = torch.randn(2, 8, 5, 16, device=device)
+    k = torch.randn(2, 2, 5, 16, device=device)  # fewer k heads
+    cos, sin = torch.randn(5, 16, device=device), torch.randn(5, 16, device=device)
+    check(w.rope, q, k, cos, sin, kernels=2)
+
+
+@pytest.mark.parametrize("layout", ["SD", "BSD-unsqueeze", "11SD"])
+def test_rope_cos_sin_layouts(device, layout):
+    B, H, S, D = 2, 3, 7, 10
+    q, k = torch.randn(B, H, S, D, device=device), torch.randn(B, H, S, D, device=device)
+    cos, sin = torch.randn(B, S, D, device=device), torch.randn(B, S, D, device=device)
+
+    def rope_bsd(q, k, cos, sin):
+        return w.rope(q, k, cos.unsqueeze(1), sin.unsqueeze(1))
+
+    if layout == "SD":
+        check(w.rope, q, k, cos[0], sin[0], kernels=1)
+    elif layout == "BSD-unsqueeze":
+        check(rope_bsd, q, k, cos, sin, kernels=1)
+    else:
+        check(w.rope, q, k, cos[0][None, None], sin[0][None, None], kernels=1)
+
+
+def test_rope_reads_transposed_q_in_place(device):
+    B, S, H, D = 2, 6, 3, 8
+    q = torch.randn(B, S, H, D, device=device).transpose(1, 2)  # [B, H, S, D] view, non-contiguous
+    k = torch.randn(B, S, H, D, device=device).transpose(1, 2)
+    cos, sin = torch.randn(S, D, device=device), torch.randn(S, D, device=device)
+    source = check(w.rope, q, k, cos, sin, kernels=1)
+    assert "contiguous" not in source and "clone" not in source.split("def call")[1]
+
+
+def test_partial_rotary(device):
+    def partial_rope(q, cos, sin, r: int = 6):
+        rot, passthrough = q[..., :r], q[..., r:]
+        return torch.cat((rot * cos + w.rotate_half(rot) * sin, passthrough), dim=-1)
+
+    q = torch.randn(2, 3, 5, 16, device=device)
+    cos, sin = torch.randn(5, 6, device=device), torch.randn(5, 6, device=device)
+    check(partial_rope, q, cos, sin, kernels=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_interleaved_rope(device, dtype):
+    def rope_interleaved(x, cos, sin):
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
+        return x * cos.repeat_interleave(2, -1) + rotated * sin.repeat_interleave(2, -1)
+
+    x = torch.randn(2, 3, 5, 12, device=device, dtype=dtype)
+    cos, sin = (torch.randn(5, 6, device=device, dtype=dtype) for _ in range(2))
+    check(rope_interleaved, x, cos, sin, kernels=1)
+
+
+def test_rope_odd_sizes(device):
+    q, k = torch.randn(1, 73, 3, 92, device=device), torch.randn(1, 73, 3, 92, device=device)
+    cos, sin = torch.randn(3, 92, device=device), torch.randn(3, 92, device=device)
+    check(w.rope, q, k, cos, sin, kernels=1)
+
+
+def test_view_family(device):
+    x = torch.randn(4, 6, 5, device=device)
+    fns = [
+        lambda x: x.view(24, 5) * 2, lambda x: x.reshape(4, 30).t() + 1, lambda x: x.flatten() - 1,
+        lambda x: x.unflatten(1, (2, 3)) * 3, lambda x: x.permute(2, 0, 1) * x.permute(2, 0, 1),
+        lambda x: x.transpose(0, 2).exp(), lambda x: x.unsqueeze(1).squeeze(1) + 1,
+        lambda x: x.select(1, -2) * 2, lambda x: x.narrow(2, 1, 3) + 1, lambda x: x.flip(0, 2) * 2,
+        lambda x: x[:, 1:5:2, ::-1 if False else 2] * 2, lambda x: x[..., -3:] + x[..., :3],
+        lambda x: x[:, -100:2] * 2, lambda x: x.view(4, 6, 5, 1).squeeze() + 1,
+        lambda x: x.expand(2, 4, 6, 5) * 1.5, lambda x: x[None, :, None] * 2,
+        lambda x: (x.T.contiguous() + 1), lambda x: x.repeat_interleave(3, dim=1) * 2,
+    ]
+    for fn in fns:
+        check(fn, x, kernels=1)
+    check(lambda x: x[:, 100:] + 1, x, kernels=0)  # out-of-range start: empty, nothing to launch
+
+
+def test_split_chunk_unbind(device):
+    x = torch.randn(6, 8, device=device)
+    check(lambda x: [p * 2 for p in x.split(3, dim=1)], x, kernels=2)  # widths 3, 3, 2: two shapes
+    check(lambda x: [p + i for i, p in enumerate(x.chunk(3, dim=0))], x, kernels=1)
+    check(lambda x: sum(p * p for p in x.unbind(1)), x, kernels=1)
+    check(lambda x: x.split([1, 2, 5], dim=1)[2].exp(), x, kernels=1)
+
+
+def test_cat_and_stack(device):
+    a, b = torch.randn(3, 4, device=device), torch.randn(3, 2, device=device)
+    c = torch.randn(3, 4, device=device, dtype=torch.float16)
+    empty = torch.randn(3, 0, device=device)
+    check(lambda a, b, c, e: torch.cat([a, b, c, e, a * 2], dim=1) + 1, a, b, c, empty, kernels=1)
+    check(lambda a, c: torch.stack([a, c, a.exp()], dim=1) * 2, a, c, kernels=1)
+    check(lambda a: torch.cat([a, torch.tensor([], device=a.device)]) * 2, a.flatten(), kernels=1)
+
+
+def test_views_of_computed_values(device):
+    x = torch.randn(4, 6, device=device)
+    check(lambda x: (x * 2).t().reshape(3, 8)[1:, ::2].exp(), x, kernels=1)
+    check(lambda x: torch.cat([(x + 1)[:, :3], (x * 2).flip(1)], dim=1).sin(), x, kernels=1)
+
+
+def test_constant_pad_and_slice_backward(device):
+    x = torch.randn(3, 5, device=device)
+    check(lambda x: torch.nn.functional.pad(x, (2, 1, 0, 1), value=0.5) * 2, x, kernels=1)
+    g = torch.randn(3, 3, device=device)
+    check(lambda g: torch.ops.aten.slice_backward(g * 2, [3, 7], 1, 1, 6, 2) + 1, g, kernels=1)
+    g = torch.randn(3, 2, device=device)
+    check(lambda g: torch.ops.aten.slice_backward(g, [3, 9], 1, -4, 1000, 2) - 1, g, kernels=1)
+
+
+def test_data_dependent_index_runs_in_aten(device):
+    x = torch.randn(5, 4, device=device)
+    idx = torch.tensor([4, 0, 2], device=device)
+    source = check(lambda x, i: x[i] * 2 + 1, x, idx)
+    assert "torch.ops.aten.index" in source
