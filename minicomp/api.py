@@ -17,6 +17,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from minicomp import capture
+from minicomp.autograd import TrainingEntry
 from minicomp.compiler import Compiled, compile_graph
 
 
@@ -34,11 +35,21 @@ def _leaf_key(value):
     return (type(value), value)
 
 
+def _needs_grad(key) -> bool:
+    """Grad mode is on and some tensor argument requires grad."""
+    _, leaf_keys, grad_enabled = key
+    return grad_enabled and any(k[-1] is True for k in leaf_keys if len(k) == 5)
+
+
 class Entry:
     """What one signature compiled to: a fused graph, or eager after a failure."""
 
     def __init__(self, traced: capture.Traced | None, compiled: Compiled | None):
         self.traced, self.compiled = traced, compiled
+
+    @property
+    def source(self) -> str:
+        return self.compiled.source
 
     def __call__(self, fn, leaves, in_spec):
         if self.compiled is None:  # fell back to eager
@@ -78,9 +89,12 @@ class JitFunction:
     def _flat_spec(self, n):
         return pytree.tree_flatten((tuple(range(n)), {}))[1]
 
+    def _key(self, leaves, in_spec):
+        return (in_spec, tuple(map(_leaf_key, leaves)), torch.is_grad_enabled())
+
     def __call__(self, *args, **kwargs):
         leaves, in_spec = self._flatten(args, kwargs)
-        key = (in_spec, tuple(map(_leaf_key, leaves)))
+        key = self._key(leaves, in_spec)
         entry = self.cache.get(key)
         if entry is None:
             entry = self._compile(key, leaves, in_spec)
@@ -90,9 +104,14 @@ class JitFunction:
         with self._lock:
             if key in self.cache:
                 return self.cache[key]
+            names = capture.leaf_names(in_spec, self.params)
             try:
-                traced = capture.trace(self.fn, leaves, in_spec, capture.leaf_names(in_spec, self.params))
-                entry = Entry(traced, compile_graph(traced.gm, self.__name__, traced.input_names))
+                if _needs_grad(key):
+                    entry = TrainingEntry(self.fn, leaves, in_spec, self.__name__,
+                                          [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)])
+                else:
+                    traced = capture.trace(self.fn, leaves, in_spec, names)
+                    entry = Entry(traced, compile_graph(traced.gm, self.__name__, traced.input_names))
             except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
                 if self.fallback == "raise":
                     raise CompileError(f"minicomp could not compile {self.__name__}: {err}") from err
@@ -105,18 +124,25 @@ class JitFunction:
             return entry
 
     # -- looking inside -------------------------------------------------------
-    def compiled(self, *args, **kwargs) -> Compiled:
-        """The compiled graph for these arguments (compiling it if needed)."""
+    def entry(self, *args, **kwargs) -> "Entry | TrainingEntry":
+        """What these arguments compile to (compiling it if needed)."""
         leaves, in_spec = self._flatten(args, kwargs)
-        key = (in_spec, tuple(map(_leaf_key, leaves)))
-        entry = self.cache.get(key) or self._compile(key, leaves, in_spec)
-        if entry.compiled is None:
+        key = self._key(leaves, in_spec)
+        return self.cache.get(key) or self._compile(key, leaves, in_spec)
+
+    def compiled(self, *args, **kwargs) -> Compiled:
+        """The compiled graph for these arguments (the forward graph when training)."""
+        entry = self.entry(*args, **kwargs)
+        compiled = entry.forward if isinstance(entry, TrainingEntry) else entry.compiled
+        if compiled is None:
             raise CompileError(f"{self.__name__} runs eagerly for these arguments: nothing was compiled")
-        return entry.compiled
+        return compiled
 
     def source(self, *args, **kwargs) -> str:
-        """The generated module (Triton kernels + Python wrapper) for these arguments."""
-        return self.compiled(*args, **kwargs).source
+        """The generated module(s) for these arguments: Triton kernels + Python wrapper
+        (forward, then backward, when an input requires grad)."""
+        entry = self.entry(*args, **kwargs)
+        return entry.source if isinstance(entry, TrainingEntry) else self.compiled(*args, **kwargs).source
 
 
 def jit(fn=None, *, fallback: str | None = None):

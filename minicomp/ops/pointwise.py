@@ -257,7 +257,7 @@ def full(op: Op) -> str:
     value = op.param("fill_value") if "fill_value" in op.args else op.param("value")
     if value is None:
         value = op.param("s")
-    return op.temp(f"tl.full([BLOCK_SIZE], {literal(value, op.compute)}, {dtypes.triton_dtype(op.compute)})")
+    return f"tl.full([BLOCK_SIZE], {literal(value, op.compute)}, {dtypes.triton_dtype(op.compute)})"
 
 
 @pointwise("arange")
@@ -267,7 +267,7 @@ def arange(op: Op) -> str:
     if op.index[0].is_const:
         return f"tl.full([BLOCK_SIZE], {literal(start + step * op.index[0].const, op.compute)}, {dtype})"
     i = op.writer.index_text(op.index[0])
-    return op.temp(f"({literal(start, op.compute)} + {i} * {literal(step, op.compute)}).to({dtypes.triton_dtype(op.compute)})")
+    return f"({literal(start, op.compute)} + {i} * {literal(step, op.compute)}).to({dtype})"
 
 
 @pointwise("round")

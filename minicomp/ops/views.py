@@ -189,10 +189,10 @@ def _in_slice(op: Op, d: int) -> tuple[str, Expr]:
     """(condition that index d lies in the slice, the index inside the slice)."""
     start, end, step = _slice_bounds(op, op.node.meta.shape[d])
     pos = op.writer.index_text(op.index[d])
-    inside = f"({pos} >= {start}) & ({pos} < {end})"
-    if step != 1:
-        inside += f" & (({pos} - {start}) % {step} == 0)"
-    return inside, (op.index[d] - start).floordiv(step)
+    conds = [f"({pos} >= {start})"] if start > 0 else []
+    conds += [f"({pos} < {end})"] if end < op.node.meta.shape[d] else []
+    conds += [f"(({pos} - {start}) % {step} == 0)"] if step != 1 else []
+    return " & ".join(conds) or "True", (op.index[d] - start).floordiv(step)
 
 
 @indexed("slice_backward")

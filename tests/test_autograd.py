@@ -1,0 +1,103 @@
+"""Compiled functions train: gradients match eager, and the backward is fused too."""
+import pytest
+import torch
+
+import minicomp
+from conftest import kernel_count, tolerance
+import workloads as w
+
+
+def grads_match(fn, *args, grad_of=None):
+    """Forward + backward through eager and minicomp; compare outputs and input grads."""
+    grad_of = grad_of if grad_of is not None else [i for i, a in enumerate(args) if a.is_floating_point()]
+    eager = [a.detach().clone().requires_grad_(i in grad_of) for i, a in enumerate(args)]
+    mine = [a.detach().clone().requires_grad_(i in grad_of) for i, a in enumerate(args)]
+    compiled = minicomp.jit(fn)
+    outs_e, outs_m = fn(*eager), compiled(*mine)
+    outs_e = outs_e if isinstance(outs_e, tuple) else (outs_e,)
+    outs_m = outs_m if isinstance(outs_m, tuple) else (outs_m,)
+    seeds = [torch.randn_like(o) for o in outs_e]
+    sum((o.float() * s.float()).sum() for o, s in zip(outs_e, seeds)).backward()
+    sum((o.float() * s.float()).sum() for o, s in zip(outs_m, seeds)).backward()
+    tol = tolerance(args[0].dtype)
+    for a, b in zip(outs_m, outs_e):
+        torch.testing.assert_close(a, b, **tol)
+    # gradients of broadcast inputs are sums that eager accumulates in 16 bits: allow more there
+    grad_tol = dict(atol=5e-2, rtol=5e-2) if args[0].dtype == torch.bfloat16 else tol
+    for i in grad_of:
+        torch.testing.assert_close(mine[i].grad, eager[i].grad, **grad_tol)
+    return compiled.entry(*mine)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_seed_workload_gradients(device, dtype):
+    x, y, g = (torch.randn(7, 33, device=device, dtype=dtype) for _ in range(3))
+    b = torch.randn(33, device=device, dtype=dtype)
+    grads_match(w.gelu_tanh, x, b)
+    grads_match(w.gelu_erf, x)
+    grads_match(w.bias_relu, x, b)
+    grads_match(w.lora_epilogue, x, y, b)
+    grads_match(w.swiglu, g, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_backward_is_one_kernel_and_saves_only_cos_sin(device, dtype):
+    q, k = (torch.randn(2, 3, 5, 8, device=device, dtype=dtype) for _ in range(2))
+    cos, sin = (torch.randn(5, 8, device=device, dtype=dtype) for _ in range(2))
+    entry = grads_match(w.rope, q, k, cos, sin, grad_of=[0, 1])
+    assert kernel_count(entry.forward.source) == 1
+    assert kernel_count(entry.backward.source) == 1
+    saved = entry.forward.graph.outputs[2:]
+    assert set(saved) <= {"cos", "sin"}, saved
+
+
+def test_interleaved_and_transposed_rope_gradients(device):
+    def rope_interleaved(x, cos, sin):
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
+        return x * cos.repeat_interleave(2, -1) + rotated * sin.repeat_interleave(2, -1)
+
+    x = torch.randn(2, 3, 5, 12, device=device)
+    cos, sin = torch.randn(5, 6, device=device), torch.randn(5, 6, device=device)
+    grads_match(rope_interleaved, x, cos, sin, grad_of=[0])
+    q = torch.randn(2, 5, 3, 8, device=device).transpose(1, 2)
+    c, s = torch.randn(5, 8, device=device), torch.randn(5, 8, device=device)
+    entry = grads_match(w.rope, q, q * 2, c, s, grad_of=[0, 1, 2, 3])
+    assert kernel_count(entry.backward.source) >= 1
+
+
+def test_no_grad_and_inference_mode_skip_autograd(device):
+    x = torch.randn(4, 4, device=device, requires_grad=True)
+    compiled = minicomp.jit(w.bias_relu)
+    b = torch.randn(4, device=device)
+    with torch.no_grad():
+        out = compiled(x, b)
+    assert not out.requires_grad
+    with torch.inference_mode():
+        compiled(x, b)
+    assert all(not hasattr(e, "forward") for e in compiled.cache.values())
+
+
+def test_retain_graph_double_calls_and_partial_grads(device):
+    compiled = minicomp.jit(lambda x, y: (x * y).sin())
+    x = torch.randn(5, device=device, requires_grad=True)
+    y = torch.randn(5, device=device)  # no grad for y
+    a, b = compiled(x, y), compiled(x, y * 2)  # two calls before one backward
+    (a.sum() + b.sum()).backward(retain_graph=True)
+    first = x.grad.clone()
+    (a.sum() + b.sum()).backward()
+    torch.testing.assert_close(x.grad, 2 * first)
+    expected = (y * torch.cos(x * y) + 2 * y * torch.cos(x * 2 * y)).detach()
+    torch.testing.assert_close(first, expected)
+    assert y.grad is None
+
+
+def test_view_inputs_and_outputs_without_grad(device):
+    base = torch.randn(6, 8, device=device, requires_grad=True)
+    compiled = minicomp.jit(lambda x: (x.exp(), (x > 0)))
+    out, mask = compiled(base[:, ::2])
+    assert not mask.requires_grad
+    out.sum().backward()
+    expected = torch.zeros(6, 8, device=device)
+    expected[:, ::2] = base.detach()[:, ::2].exp()
+    torch.testing.assert_close(base.grad, expected)
