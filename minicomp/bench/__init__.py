@@ -1,0 +1,1 @@
+"""The benchmark harness: minicomp vs eager vs Inductor vs the memory floor."""

@@ -1,0 +1,76 @@
+"""Timing and the memory floor: what a run measures, and how.
+
+floor bytes: each input read once, each output written once (for forward +
+backward also each gradient read once and each input gradient written once).
+floor time = floor bytes / copy bandwidth, measured on the same GPU in the
+same run by a large device-to-device copy (bytes read + bytes written).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import torch
+
+
+def tensor_bytes(values) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def flat_tensors(value) -> list[torch.Tensor]:
+    from torch.utils import _pytree as pytree
+    return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def floor_bytes(inputs, outputs, backward: bool) -> int:
+    moved = tensor_bytes(inputs) + tensor_bytes(outputs)
+    if backward:  # read a gradient per output, write one per input that requires grad
+        moved += tensor_bytes(outputs) + tensor_bytes([i for i in inputs if i.requires_grad])
+    return moved
+
+
+def copy_bandwidth(device, nbytes: int = 2 << 30) -> float:
+    """Bytes/s of a device-to-device copy, counting bytes read plus written."""
+    import triton.testing
+
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def input_sets(make, size, dtype, device, l2_bytes: int) -> list[list]:
+    """Enough input sets that rotating through them never hits a warm L2."""
+    first = make(size, dtype, device)
+    count = min(8, max(1, -(-2 * l2_bytes // max(tensor_bytes(first), 1))))
+    return [first] + [make(size, dtype, device) for _ in range(count - 1)]
+
+
+def time_ms(fn, sets, backward: bool) -> float:
+    """Median ms of fn over rotating input sets (triton.testing.do_bench)."""
+    import triton.testing
+
+    cycle = itertools.cycle(sets)
+    if not backward:
+        return triton.testing.do_bench(lambda: fn(*next(cycle)), warmup=25, rep=200, return_mode="median")
+    grads = [[torch.randn_like(o) for o in flat_tensors(fn(*s))] for s in sets]
+    pairs = itertools.cycle(zip(sets, grads))
+
+    def step():
+        inputs, seeds = next(pairs)
+        outs = flat_tensors(fn(*inputs))
+        torch.autograd.backward(outs, seeds)
+
+    return triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median", grad_to_none=None)
+
+
+def per_call_us(fn, args, calls: int = 2000) -> float:
+    """Host time per call in the launch-bound regime: many calls, one sync at the end."""
+    for _ in range(50):
+        fn(*args)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6

@@ -1,0 +1,123 @@
+"""`minicomp bench`: check, time and report minicomp against eager, Inductor and the floor."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from minicomp.bench import measure, report
+from minicomp.bench.workloads import WORKLOADS, bias_relu
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CPU_SIZES = {"rope_fw": 8, "rope_fwbw": 8}  # tiny shapes: the interpreter only checks results
+
+
+def implementations(fn):
+    import minicomp
+    return {"eager": fn, "inductor": torch.compile(fn), "minicomp": minicomp.jit(fn)}
+
+
+def check(impls, inputs, backward: bool, dtype) -> dict[str, str]:
+    """Each implementation's result against eager; a wrong result is never timed."""
+    tol = {torch.bfloat16: 3e-2, torch.float16: 3e-3}.get(dtype, 1e-4)
+    verdict = {}
+    expected, expected_grads = _run(impls["eager"], inputs, backward)
+    for name, fn in impls.items():
+        try:
+            got, grads = _run(fn, inputs, backward)
+            for a, b in zip(got + grads, expected + expected_grads):
+                torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
+            verdict[name] = "ok"
+        except Exception as err:  # noqa: BLE001 - report, don't crash the run
+            verdict[name] = f"WRONG: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    return verdict
+
+
+def _run(fn, inputs, backward):
+    inputs = [i.detach().clone().requires_grad_(i.requires_grad) for i in inputs]
+    outs = measure.flat_tensors(fn(*inputs))
+    if not backward:
+        return outs, []
+    torch.manual_seed(0)
+    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    return outs, [i.grad for i in inputs if i.requires_grad]
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="minicomp bench", description=__doc__)
+    p.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
+    p.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"], choices=list(DTYPES))
+    p.add_argument("--sizes", nargs="*", type=int, help="override each workload's size sweep")
+    p.add_argument("--out", default="benchmarks/results", help="folder; a subfolder per device is made")
+    p.add_argument("--skip-compile-time", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    device_name = torch.cuda.get_device_name() if cuda else "cpu"
+    out = Path(args.out) / device_name.replace(" ", "_")
+    out.mkdir(parents=True, exist_ok=True)
+    if not cuda:
+        print("No CUDA GPU: checking results through Triton's interpreter only; timings are skipped.")
+    bandwidth = measure.copy_bandwidth(device) if cuda else None
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size if cuda else 0
+    rows = []
+    jobs = [(w, d, s) for w in args.workloads for d in args.dtypes
+            for s in (args.sizes or WORKLOADS[w].sizes if cuda else [CPU_SIZES.get(w, 4)])]
+    for wname, dname, size in report.progress(jobs, "bench"):
+        work, dtype = WORKLOADS[wname], DTYPES[dname]
+        sets = measure.input_sets(work.make, size, dtype, device, l2) if cuda else [work.make(size, dtype, device)]
+        impls = implementations(work.fn)
+        verdict = check(impls, sets[0], work.backward, dtype)
+        outputs = measure.flat_tensors(work.fn(*sets[0]))
+        moved = measure.floor_bytes(sets[0], outputs, work.backward)
+        for name, fn in impls.items():
+            row = dict(workload=wname, dtype=dname, size=size, impl=name, check=verdict[name], bytes=moved)
+            if cuda and verdict[name] == "ok":
+                ms = measure.time_ms(fn, sets, work.backward)
+                row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, floor_ms=moved / bandwidth * 1e3)
+                row["x_floor"] = ms / row["floor_ms"]
+            rows.append(row)
+    report.add_ratios(rows)
+    extra = {"device": device_name, "torch": torch.__version__, "command": " ".join(["minicomp bench"] + (argv or sys.argv[2:]))}
+    if cuda:
+        extra["copy_bandwidth_gbps"] = bandwidth / 1e9
+        extra["per_call_us"] = overhead()
+        if not args.skip_compile_time:
+            extra["compile_s"] = compile_times()
+    report.write(out, rows, extra)
+    print(report.markdown(rows, extra))
+    return 0 if all(r["check"] == "ok" for r in rows) else 1
+
+
+def overhead() -> dict[str, float]:
+    """Per-call time of a tiny bias + ReLU (64 x 64): the launch-bound regime."""
+    x, b = torch.randn(64, 64, device="cuda"), torch.randn(64, device="cuda")
+    impls = implementations(bias_relu)
+    result = {name: measure.per_call_us(fn, (x, b)) for name, fn in impls.items()}
+    compiled = impls["minicomp"].compiled(x, b)
+    result["minicomp call() alone"] = measure.per_call_us(compiled.call, (x, b))
+    return result
+
+
+def compile_times() -> dict[str, float]:
+    """First call in a fresh process with empty caches (cold), then again with them filled (warm)."""
+    times = {}
+    for impl in ("minicomp", "inductor"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, MINICOMP_CACHE_DIR=f"{cache}/mc", TORCHINDUCTOR_CACHE_DIR=f"{cache}/ind",
+                       TRITON_CACHE_DIR=f"{cache}/triton")
+            for phase in ("cold", "warm"):
+                out = subprocess.run([sys.executable, "-m", "minicomp.bench.compile_probe", impl, "cuda"],
+                                     env=env, capture_output=True, text=True, check=True)
+                times[f"{impl} {phase}"] = float(out.stdout.strip().splitlines()[-1])
+    return times
