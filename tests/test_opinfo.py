@@ -28,8 +28,18 @@ def _tensors_first(sample):
     return args, sample.kwargs
 
 
+# Not run at all: these break the process for the tests after them.
+SKIPPED = {
+    # a jiterator op launches a real CUDA kernel on the fake tensors of the trace:
+    # make_fx cannot trace it, and the failed launch poisons the CUDA context
+    "jiterator_unary", "jiterator_binary", "jiterator_binary_return_by_ref", "jiterator_4inputs_with_extra_args",
+}
+
+
 @pytest.mark.parametrize("op", OPS, ids=lambda op: f"{op.name}.{op.variant_test_name}".rstrip("."))
 def test_opinfo_matches_eager(op, device):
+    if op.name in SKIPPED:
+        pytest.skip("cannot be traced by make_fx; see SKIPPED")
     if op.name in EXPECTED_FAILURES:
         pytest.xfail(EXPECTED_FAILURES[op.name])
     if torch.float32 not in op.supported_dtypes(device.type):
