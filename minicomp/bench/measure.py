@@ -61,7 +61,9 @@ def time_ms(fn, sets, backward: bool) -> float:
         outs = flat_tensors(fn(*inputs))
         torch.autograd.backward(outs, seeds)
 
-    return triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median", grad_to_none=None)
+    # reset .grad before each step: accumulating into it would add a read and a write of every gradient
+    leaves = [t for s in sets for t in s if isinstance(t, torch.Tensor) and t.requires_grad]
+    return triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median", grad_to_none=leaves)
 
 
 def per_call_us(fn, args, calls: int = 2000) -> float:
