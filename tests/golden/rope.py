@@ -1,0 +1,77 @@
+"""minicomp: generated module for `rope` on cpu.
+
+Inputs:
+    q: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1)
+    k: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1)
+    cos: float32[16, 64] stride (64, 1)
+    sin: float32[16, 64] stride (64, 1)
+
+ATen graph:
+    q: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = input
+    k: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = input
+    cos: float32[16, 64] stride (64, 1) cpu = input
+    sin: float32[16, 64] stride (64, 1) cpu = input
+    mul: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(q, cos)  # pointwise
+    slice_1: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(q, 3, 32, 9223372036854775807)  # view
+    neg: float32[2, 4, 16, 32] stride (2048, 512, 32, 1) cpu = aten.neg.default(slice_1)  # pointwise
+    slice_2: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(q, 3, 0, 32)  # view
+    cat: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.cat.default([neg, slice_2], -1)  # view
+    mul_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(cat, sin)  # pointwise
+    add: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(mul, mul_1)  # pointwise
+    mul_2: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(k, cos)  # pointwise
+    slice_3: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(k, 3, 32, 9223372036854775807)  # view
+    neg_1: float32[2, 4, 16, 32] stride (2048, 512, 32, 1) cpu = aten.neg.default(slice_3)  # pointwise
+    slice_4: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(k, 3, 0, 32)  # view
+    cat_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.cat.default([neg_1, slice_4], -1)  # view
+    mul_3: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(cat_1, sin)  # pointwise
+    add_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(mul_2, mul_3)  # pointwise
+    return ['add', 'add_1']
+
+Plan:
+    kernel mc_fused_mul_slice_neg_cat_add_0  stage 0  space [2, 4, 16, 64]
+        computes ['mul', 'slice_1', 'neg', 'slice_2', 'cat', 'mul_1', 'add', 'mul_2', 'slice_3', 'neg_1', 'slice_4', 'cat_1', 'mul_3', 'add_1']
+        reads ['q', 'k', 'cos', 'sin']  writes ['add', 'add_1']
+"""
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+# kernel 0: mul, slice_1, neg, slice_2, cat, mul_1, add, mul_2, slice_3, neg_1, slice_4, cat_1, mul_3, add_1
+#   aten ops: mul, slice, neg, cat, add
+#   iteration space: [2 x 4 x 16 x 64] (dims [0, 1, 2, 3] of [2, 4, 16, 64])
+#   reads q, k, cos, sin; writes add, add_1
+@triton.jit
+def mc_fused_mul_slice_neg_cat_add_0(q_ptr, cos_ptr, sin_ptr, k_ptr, out0_ptr, out1_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x3 = offsets % 64
+    q = tl.load(q_ptr + offsets, mask=mask, other=0)
+    cos = tl.load(cos_ptr + ((offsets % 1024)), mask=mask, other=0)
+    mul = q * cos  # aten.mul.Tensor
+    q_1 = tl.load(q_ptr + (offsets - 32), mask=mask & (x3 >= 32), other=0)
+    q_2 = tl.load(q_ptr + (offsets + 32), mask=mask & (x3 < 32), other=0)
+    neg = -q_2  # aten.neg.default
+    cat = tl.where((x3 < 32), neg, q_1)  # aten.cat.default
+    sin = tl.load(sin_ptr + ((offsets % 1024)), mask=mask, other=0)
+    mul_1 = cat * sin  # aten.mul.Tensor
+    add = mul + mul_1  # aten.add.Tensor
+    k = tl.load(k_ptr + offsets, mask=mask, other=0)
+    mul_2 = k * cos  # aten.mul.Tensor
+    k_1 = tl.load(k_ptr + (offsets - 32), mask=mask & (x3 >= 32), other=0)
+    k_2 = tl.load(k_ptr + (offsets + 32), mask=mask & (x3 < 32), other=0)
+    neg_1 = -k_2  # aten.neg.default
+    cat_1 = tl.where((x3 < 32), neg_1, k_1)  # aten.cat.default
+    mul_3 = cat_1 * sin  # aten.mul.Tensor
+    add_1 = mul_2 + mul_3  # aten.add.Tensor
+    tl.store(out0_ptr + offsets, add, mask=mask)
+    tl.store(out1_ptr + offsets, add_1, mask=mask)
+
+
+def call(q, k, cos, sin):
+    add = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
+    add_1 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
+    mc_fused_mul_slice_neg_cat_add_0[(1,)](q, cos, sin, k, add, add_1, 8192, BLOCK_SIZE=8192, num_warps=1)
+    return (add, add_1)
