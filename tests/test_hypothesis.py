@@ -43,7 +43,7 @@ def test_binary_ops_broadcast_over_random_layouts(x, data):
 @SETTINGS
 @given(strided_tensor(ndim=3, dtype=torch.float32), st.data())
 def test_random_view_slice_cat_chains(x, data):
-    ops = data.draw(st.lists(st.sampled_from(["t", "slice", "flip", "cat", "unsqueeze", "exp", "reshape"]),
+    ops = data.draw(st.lists(st.sampled_from(["t", "slice", "flip", "cat", "unsqueeze", "tanh", "reshape"]),
                              min_size=1, max_size=4))
 
     def chain(x):
@@ -58,8 +58,8 @@ def test_random_view_slice_cat_chains(x, data):
                 x = torch.cat([x, -x], dim=0)
             elif op == "unsqueeze":
                 x = x.unsqueeze(1).squeeze(1)
-            elif op == "exp":
-                x = x.exp() * 0.5
+            elif op == "tanh":  # bounded: chained exp would amplify rounding past any tolerance
+                x = torch.tanh(x) * 2
             elif op == "reshape":
                 x = x.reshape(-1)
         return x * 2

@@ -14,7 +14,7 @@ import jinja2
 import torch
 
 from minicomp.codegen.kernel import KernelSource, KernelWriter
-from minicomp.fusion import Extern, Kernel, Plan, output_strides
+from minicomp.fusion import Extern, Plan, output_strides
 from minicomp.ir import Ref, TensorMeta
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"

@@ -8,10 +8,8 @@ import torch
 
 from minicomp import dtypes
 from minicomp.dtypes import literal
-from minicomp.indexing import Expr, const, contiguous_strides
-from minicomp.ir import Graph, Node, Ref, TensorMeta
-
-aten = torch.ops.aten
+from minicomp.indexing import Expr, const
+from minicomp.ir import Graph, Node, Ref
 
 
 @dataclass(frozen=True)
