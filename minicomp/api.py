@@ -35,10 +35,9 @@ def _leaf_key(value):
     return (type(value), value)
 
 
-def _needs_grad(key) -> bool:
+def _needs_grad(leaves) -> bool:
     """Grad mode is on and some tensor argument requires grad."""
-    _, leaf_keys, grad_enabled = key
-    return grad_enabled and any(k[-1] is True for k in leaf_keys if len(k) == 5)
+    return torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
 
 
 class Entry:
@@ -106,7 +105,7 @@ class JitFunction:
                 return self.cache[key]
             names = capture.leaf_names(in_spec, self.params)
             try:
-                if _needs_grad(key):
+                if _needs_grad(leaves):
                     entry = TrainingEntry(self.fn, leaves, in_spec, self.__name__,
                                           [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)])
                 else:

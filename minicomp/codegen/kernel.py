@@ -134,12 +134,13 @@ class KernelWriter:
     # -- the whole kernel ---------------------------------------------------
     def write(self) -> KernelSource:
         stores = []
+        root = self.root_index()
         for k, name in enumerate(self.kernel.stores):
             meta = self.graph[name].meta
-            value = self.value(name, self.root_index())
+            value = self.value(name, root)
             out = "out_ptr" if len(self.kernel.stores) == 1 else f"out{k}_ptr"
             offset = Expr()
-            for e, stride in zip(self.root_index(), output_strides(meta)):
+            for e, stride in zip(root, output_strides(meta)):
                 offset = offset + e * stride
             code = ops.cast(value, meta.dtype)
             address = "offsets" if offset.is_const else self._paren(self.address(offset))  # const: numel is 1
