@@ -1,20 +1,47 @@
-"""`minicomp` / `python -m minicomp`: demo, bench."""
+"""`minicomp` / `python -m minicomp`: demo, bench, explain, cache."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+COMMANDS = {
+    "demo": "compile the seed workloads, check them against eager, show the code",
+    "bench": "time minicomp against eager, Inductor and the memory floor",
+    "explain": "show every stage for one example workload (graph, IR, fusion, source, image)",
+    "cache": "`cache info` or `cache clear`: minicomp's on-disk cache",
+}
+
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="minicomp", description="A small fusing compiler for PyTorch.")
-    parser.add_argument("command", choices=["demo", "bench"], help="demo: run the examples; bench: benchmarks")
-    args, rest = parser.parse_known_args(argv[:1])
+    parser = argparse.ArgumentParser(prog="minicomp", description="A small fusing compiler for PyTorch.",
+                                     epilog="\n".join(f"  {k:8} {v}" for k, v in COMMANDS.items()),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=list(COMMANDS))
+    args = parser.parse_args(argv[:1])
+    rest = argv[1:]
     if args.command == "demo":
         from minicomp.demo import main as demo
-        return demo(argv[1:])
-    from minicomp.bench.run import main as bench
-    return bench(argv[1:])
+        return demo(rest)
+    if args.command == "bench":
+        from minicomp.bench.run import main as bench
+        return bench(rest)
+    if args.command == "explain":
+        from minicomp.explain import main as explain
+        return explain(rest)
+    return cache(rest)
+
+
+def cache(argv) -> int:
+    from minicomp import runtime
+
+    parser = argparse.ArgumentParser(prog="minicomp cache")
+    parser.add_argument("action", choices=["info", "clear"])
+    if parser.parse_args(argv).action == "info":
+        print(runtime.cache_info())
+    else:
+        print(f"removed {runtime.clear_cache()} files from {runtime.cache_dir()}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """`@minicomp.jit`: one compiled module per input signature, looked up on every call.
 
 A call flattens its arguments, builds the signature key (each tensor's shape,
-stride, dtype, device, requires_grad; each Python scalar's type and value),
+stride, dtype, device, requires_grad, 16-byte alignment; each Python scalar's
+type and value),
 and finds the compiled entry for it; the first call with a new key traces and
 compiles. A hit does nothing else: the generated `call` launches the kernels.
 """
@@ -9,14 +10,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import os
 import threading
 import warnings
 
 import torch
+import torch.autograd.profiler as _profiler
 from torch.utils import _pytree as pytree
 
-from minicomp import capture
+from minicomp import capture, fingerprint, logs, persist
 from minicomp.autograd import TrainingEntry
 from minicomp.compiler import Compiled, compile_graph
 
@@ -24,10 +27,30 @@ from minicomp.compiler import Compiled, compile_graph
 class CompileError(RuntimeError):
     """minicomp could not compile a function (raised when fallback="raise")."""
 
+    @staticmethod
+    def describe(name: str, err: Exception) -> str:
+        """Why `name` did not compile, and what the user can do about it."""
+        text = str(err)
+        first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+        if "data-dependent" in text or "GuardOnDataDependent" in type(err).__name__:
+            why = ("it branches on tensor values (e.g. `if x.sum() > 0`), which a trace cannot follow. "
+                   "Use torch.where for the branch, decide it from shapes or Python arguments, or keep that "
+                   "part outside the jitted function")
+        elif "SymInt" in text or "DynamicOutputShape" in type(err).__name__:
+            why = ("an op's output shape depends on tensor values (nonzero, unique, masked indexing), "
+                   "which minicomp compiles only for static shapes. Keep that op outside the jitted function")
+        else:
+            why = f"{type(err).__name__}: {first}"
+        return (f"minicomp could not compile {name}: {why}. With fallback='warn' (the default) or "
+                f"MINICOMP_FALLBACK=warn it runs eagerly instead.")
+
 
 def _leaf_key(value):
     if isinstance(value, torch.Tensor):
-        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
+        # the 16-byte alignment is part of the signature: Triton specializes a kernel on it,
+        # and launch.py launches the specialized binary directly
+        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad,
+                value.data_ptr() % 16 == 0)
     try:
         hash(value)
     except TypeError:
@@ -41,38 +64,62 @@ def _needs_grad(leaves) -> bool:
 
 
 class Entry:
-    """What one signature compiled to: a fused graph, or eager after a failure."""
+    """What one signature compiled to: the generated module's `call`, and how the
+    flattened arguments go in and the outputs come out.
 
-    def __init__(self, traced: capture.Traced | None, compiled: Compiled | None):
-        self.traced, self.compiled = traced, compiled
+    `compiled` (graph, plan, source) is there when this process traced the
+    function; an entry loaded from the persistent cache has only the module.
+    """
 
-    @property
-    def source(self) -> str:
-        return self.compiled.source
+    def __init__(self, call, tensor_slots: list[int], n_leaves: int, out_spec, compiled: Compiled | None = None):
+        self.call = call
+        self.slots = None if list(tensor_slots) == list(range(n_leaves)) else list(tensor_slots)
+        self.unflatten = _unflattener(out_spec)
+        self.compiled = compiled
 
     def __call__(self, fn, leaves, in_spec):
-        if self.compiled is None:  # fell back to eager
-            args, kwargs = pytree.tree_unflatten(leaves, in_spec)
-            return fn(*args, **kwargs)
-        outputs = self.compiled.call(*[leaves[i] for i in self.traced.tensor_slots])
-        return pytree.tree_unflatten(list(outputs), self.traced.out_spec)
+        outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
+        return self.unflatten(outputs)
+
+
+class EagerEntry:
+    """A signature minicomp could not compile: the function runs as written."""
+    compiled = None
+
+    def __call__(self, fn, leaves, in_spec):
+        args, kwargs = pytree.tree_unflatten(leaves, in_spec)
+        return fn(*args, **kwargs)
+
+
+def _unflattener(out_spec):
+    """outputs tuple -> the function's output structure; plain tuples and single tensors skip pytree."""
+    if out_spec.is_leaf():
+        return operator.itemgetter(0)
+    if out_spec == pytree.tree_flatten(tuple(range(out_spec.num_leaves)))[1]:
+        return tuple
+    return lambda outputs: pytree.tree_unflatten(list(outputs), out_spec)
 
 
 class JitFunction:
     """A function compiled by minicomp; call it like the original."""
 
-    def __init__(self, fn, fallback: str | None = None):
+    cache_limit = int(os.environ.get("MINICOMP_CACHE_LIMIT", 64))      # signatures kept per function
+    recompile_warning = int(os.environ.get("MINICOMP_RECOMPILE_WARNING", 8))
+
+    def __init__(self, fn, fallback: str | None = None, name: str | None = None):
         self.fn = fn
         self.fallback = fallback or os.environ.get("MINICOMP_FALLBACK", "warn")
         if self.fallback not in ("warn", "raise", "silent"):
             raise ValueError(f"fallback must be 'warn', 'raise' or 'silent', not {self.fallback!r}")
+        functools.update_wrapper(self, fn)
+        self.__name__ = name or getattr(fn, "__name__", type(fn).__name__)
         self.signature = inspect.signature(fn)
         self.params = list(self.signature.parameters)
         self._plain = all(p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values())
-        self.cache: dict[tuple, Entry] = {}
+        self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
-        self._lock = threading.Lock()
-        functools.update_wrapper(self, fn)
+        self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
+        self._lock = threading.RLock()
 
     # -- the call path --------------------------------------------------------
     def _flatten(self, args, kwargs):
@@ -97,37 +144,80 @@ class JitFunction:
         entry = self.cache.get(key)
         if entry is None:
             entry = self._compile(key, leaves, in_spec)
+        if _profiler._is_profiler_enabled:  # a named range in torch.profiler traces; free otherwise
+            with torch.profiler.record_function(f"minicomp: {self.__name__}"):
+                return entry(self.fn, leaves, in_spec)
         return entry(self.fn, leaves, in_spec)
 
-    def _compile(self, key, leaves, in_spec) -> Entry:
+    # -- a new signature -------------------------------------------------------
+    def _compile(self, key, leaves, in_spec):
         with self._lock:
             if key in self.cache:
                 return self.cache[key]
-            names = capture.leaf_names(in_spec, self.params)
+            self._note_recompile(key)
             try:
-                if _needs_grad(leaves):
-                    entry = TrainingEntry(self.fn, leaves, in_spec, self.__name__,
-                                          [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)])
-                else:
-                    traced = capture.trace(self.fn, leaves, in_spec, names)
-                    entry = Entry(traced, compile_graph(traced.gm, self.__name__, traced.input_names))
+                entry = self._build(key, leaves, in_spec)
             except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
+                message = CompileError.describe(self.__name__, err)
                 if self.fallback == "raise":
-                    raise CompileError(f"minicomp could not compile {self.__name__}: {err}") from err
+                    raise CompileError(message) from err
                 if self.fallback == "warn":
-                    warnings.warn(f"minicomp could not compile {self.__name__} ({type(err).__name__}: {err}); "
-                                  "running it eagerly", stacklevel=3)
-                entry = Entry(None, None)
+                    warnings.warn(message.replace("With fallback='warn' (the default) or MINICOMP_FALLBACK=warn "
+                                                  "it runs eagerly instead.", "Running it eagerly."), stacklevel=3)
+                entry = EagerEntry()
+            if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
+                self.cache.pop(next(iter(self.cache)))
             self.cache[key] = entry
             self.compiles += 1
             return entry
 
+    def _build(self, key, leaves, in_spec):
+        names = capture.leaf_names(in_spec, self.params)
+        if _needs_grad(leaves):
+            return TrainingEntry(self.fn, leaves, in_spec, self.__name__,
+                                 [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)])
+        stored_key = self._persistent_key(key)
+        if stored_key is not None:
+            stored = persist.load(stored_key)
+            if stored is not None:
+                module, slots, out_spec = stored
+                return Entry(module.call, slots, len(leaves), out_spec)
+        traced = capture.trace(self.fn, leaves, in_spec, names)
+        compiled = compile_graph(traced.gm, self.__name__, traced.input_names)
+        if stored_key is not None and not compiled.graph.constants:
+            persist.store(stored_key, compiled.source, self.__name__, compiled.interpret, traced.tensor_slots,
+                          traced.out_spec)
+        return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.out_spec, compiled)
+
+    def _persistent_key(self, key) -> str | None:
+        if self._fingerprint is False:
+            self._fingerprint = fingerprint.of(self.fn)
+            if self._fingerprint is None:
+                logs.cache.info("%s reads state minicomp cannot fingerprint: not cached across processes",
+                                self.__name__)
+        return None if self._fingerprint is None else persist.key(self._fingerprint, key)
+
+    def _note_recompile(self, key) -> None:
+        if not self.cache:
+            return
+        logs.recompiles.info("%s: new signature (%s); %d compiled so far", self.__name__,
+                             _difference(next(reversed(self.cache)), key), self.compiles)
+        if self.compiles + 1 == self.recompile_warning:
+            warnings.warn(f"minicomp has compiled {self.__name__} for {self.recompile_warning} signatures "
+                          f"(last change: {_difference(next(reversed(self.cache)), key)}). Each new shape, "
+                          "dtype, stride or scalar value traces and compiles again; MINICOMP_LOGS=recompiles "
+                          "shows each one.", stacklevel=4)
+
     # -- looking inside -------------------------------------------------------
-    def entry(self, *args, **kwargs) -> "Entry | TrainingEntry":
+    def entry(self, *args, **kwargs):
         """What these arguments compile to (compiling it if needed)."""
         leaves, in_spec = self._flatten(args, kwargs)
         key = self._key(leaves, in_spec)
-        return self.cache.get(key) or self._compile(key, leaves, in_spec)
+        entry = self.cache.get(key) or self._compile(key, leaves, in_spec)
+        if isinstance(entry, Entry) and entry.compiled is None:  # loaded from disk: trace to see inside
+            traced = capture.trace(self.fn, leaves, in_spec, capture.leaf_names(in_spec, self.params))
+            entry.compiled = compile_graph(traced.gm, self.__name__, traced.input_names)
+        return entry
 
     def compiled(self, *args, **kwargs) -> Compiled:
         """The compiled graph for these arguments (the forward graph when training)."""
@@ -144,13 +234,37 @@ class JitFunction:
         return entry.source if isinstance(entry, TrainingEntry) else self.compiled(*args, **kwargs).source
 
 
+def _difference(old, new) -> str:
+    """What changed between two signature keys, in words."""
+    old_spec, old_leaves, old_grad = old
+    new_spec, new_leaves, new_grad = new
+    if old_spec != new_spec:
+        return "argument structure changed"
+    if old_grad != new_grad:
+        return f"grad mode {'on' if new_grad else 'off'}"
+    fields = ("shape", "stride", "dtype", "device", "requires_grad", "16-byte alignment")
+    for i, (a, b) in enumerate(zip(old_leaves, new_leaves)):
+        if a != b:
+            if len(a) == len(fields) and len(b) == len(fields):
+                changed = [f"{f} {x} -> {y}" for f, x, y in zip(fields, a, b) if x != y]
+                return f"argument {i}: " + ", ".join(changed)
+            return f"argument {i}: {a[-1]!r} -> {b[-1]!r}"
+    return "same signature"
+
+
 def jit(fn=None, *, fallback: str | None = None):
-    """Compile `fn` with minicomp: `@jit`, `@jit(fallback="raise")` or `jit(fn)`.
+    """Compile `fn` with minicomp: `@jit`, `@jit(fallback="raise")`, `jit(fn)` or `jit(module)`.
+
+    An `nn.Module` comes back as a module whose forward is compiled, with its
+    parameters and buffers as inputs (so gradients reach them).
 
     fallback: what happens when a signature cannot be compiled: "warn" (run
     eagerly with a warning, the default; env MINICOMP_FALLBACK), "silent", or
     "raise" (CompileError).
     """
     if fn is None:
-        return lambda f: JitFunction(f, fallback)
+        return lambda f: jit(f, fallback=fallback)
+    if isinstance(fn, torch.nn.Module):
+        from minicomp.nn import JitModule
+        return JitModule(fn, fallback)
     return JitFunction(fn, fallback)

@@ -12,26 +12,32 @@ from typing import Callable
 
 import torch.fx
 
-from minicomp import codegen, fusion, ir, runtime
+from minicomp import codegen, fusion, ir, logs, runtime
 from minicomp.fusion import Plan
 from minicomp.ir import Graph, TensorMeta
 
 
 @dataclass
 class Compiled:
+    fx: torch.fx.GraphModule   # the captured ATen graph
     graph: Graph
     plan: Plan
     source: str
-    call: Callable  # call(*input tensors) -> tuple of outputs
+    call: Callable             # call(*input tensors) -> tuple of outputs
+    interpret: bool            # runs through Triton's interpreter (CPU tensors)
 
 
 def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None) -> Compiled:
     graph = ir.from_fx(gm, input_names)          # typed nodes over a networkx DiGraph
+    logs.graph.info("%s: IR\n%s", name, graph)
     plan = fusion.plan(graph)                    # kernels, extern calls, their order, refusals
+    logs.fusion.info("%s: plan\n%s", name, plan)
     source = codegen.render_module(plan, name)   # Triton kernels + Python wrapper, as text
-    module = runtime.load(source, name, interpret=_runs_on_cpu(graph))
+    logs.output_code.info("%s: module %s\n%s", name, runtime.module_path(source, name), source)
+    interpret = _runs_on_cpu(graph)
+    module = runtime.load(source, name, interpret)
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
-    return Compiled(graph, plan, source, call)
+    return Compiled(gm, graph, plan, source, call, interpret)
 
 
 def _runs_on_cpu(graph: Graph) -> bool:

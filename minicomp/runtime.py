@@ -10,6 +10,7 @@ with numpy stand-ins for libdevice (interpreter_math.py).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -21,6 +22,8 @@ from pathlib import Path
 from types import ModuleType
 
 from triton import knobs
+
+from minicomp import logs
 
 _loaded: dict[tuple[str, bool], ModuleType] = {}
 _lock = threading.Lock()
@@ -37,6 +40,18 @@ def cache_dir() -> Path:
 
 def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_hash() -> str:
+    """A hash of minicomp's own source and templates: a changed compiler never reuses old entries."""
+    from minicomp.codegen.module import TEMPLATES
+
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")) + sorted(TEMPLATES.glob("*.j2")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:20]
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -60,8 +75,14 @@ def load(source: str, name: str, interpret: bool) -> ModuleType:
         if key in _loaded:
             return _loaded[key]
         path = module_path(source, name)
-        if not path.exists() or path.read_text() != source:  # absent, or truncated/corrupted
+        if not path.exists():
+            logs.cache.info("module %s: written", path.name)
             write_atomic(path, source)
+        elif path.read_text() != source:
+            logs.cache.warning("module %s is damaged (text differs from its hash); rewritten", path.name)
+            write_atomic(path, source)
+        else:
+            logs.cache.info("module %s: reused", path.name)
         _debug_copy(source, name)
         module = _import(path, interpret)
         _loaded[key] = module
@@ -90,3 +111,37 @@ def _debug_copy(source: str, name: str) -> None:
         target = Path(debug) / module_path(source, name).name
         if not target.exists():
             write_atomic(target, source)
+
+
+# -- `minicomp cache info | clear` ------------------------------------------------
+
+CACHE_PARTS = {
+    "modules": "generated modules (Triton kernels + wrapper), named <function>_<text hash>.py",
+    "entries": "persistent index: (function fingerprint, signature) -> module",
+    "tuning": "measured launch configurations of large GPU kernels",
+}
+
+
+def cache_info() -> str:
+    lines = [f"minicomp cache: {cache_dir()}"]
+    for part, what in CACHE_PARTS.items():
+        files = [p for p in (cache_dir() / part).glob("*") if p.is_file()]
+        size = sum(p.stat().st_size for p in files)
+        lines.append(f"  {part:8} {len(files):6} files {size / 1024:10.1f} KiB   {what}")
+    lines.append(f"Triton's compiled kernels: {knobs.cache.dir} (TRITON_CACHE_DIR)")
+    return "\n".join(lines)
+
+
+def clear_cache() -> int:
+    """Delete minicomp's cached files (not Triton's); returns how many were removed."""
+    import shutil
+
+    removed = 0
+    for part in CACHE_PARTS:
+        folder = cache_dir() / part
+        if folder.is_dir():
+            removed += sum(1 for p in folder.rglob("*") if p.is_file())
+            shutil.rmtree(folder)
+    with _lock:
+        _loaded.clear()
+    return removed

@@ -1,9 +1,11 @@
 """Run in a fresh process by the harness: time the first call of one compiled function.
 
-    python -m minicomp.bench.compile_probe {minicomp|inductor} {cuda|cpu}
+    python -m minicomp.bench.compile_probe {minicomp|inductor} {cuda|cpu} [new-rows]
 
 Prints one number: seconds for the first call (trace + compile + run), with
 whatever caches the environment points at (empty for "cold", filled for "warm").
+With `new-rows`: seconds for the first call at a new row count (2048 x 1024),
+after one call at 1024 x 1024 in the same process (a new batch size).
 """
 import sys
 import time
@@ -21,6 +23,11 @@ def main() -> None:
         fn = minicomp.jit(bias_relu)
     else:
         fn = torch.compile(bias_relu)
+    if sys.argv[3:] == ["new-rows"]:
+        fn(x, b)
+        x = torch.randn(2048, 1024, device=device)
+        if device == "cuda":
+            torch.cuda.synchronize()
     start = time.perf_counter()
     fn(x, b)
     if device == "cuda":

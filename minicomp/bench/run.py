@@ -105,6 +105,14 @@ def overhead() -> dict[str, float]:
     result = {name: measure.per_call_us(fn, (x, b)) for name, fn in impls.items()}
     compiled = impls["minicomp"].compiled(x, b)
     result["minicomp call() alone"] = measure.per_call_us(compiled.call, (x, b))
+    launch = sys.modules[compiled.call.__module__].launch_0   # the one kernel, launched bare through Triton
+    block, warps = launch.config
+    out = torch.empty_like(x)
+    result["bare Triton launch (kernel[grid](...))"] = measure.per_call_us(
+        lambda: launch.kernel[(launch.grid(block),)](x, b, out, x.numel(), BLOCK_SIZE=block, num_warps=warps), ())
+    result["bare Triton launch + torch.empty"] = measure.per_call_us(
+        lambda: launch.kernel[(launch.grid(block),)](x, b, torch.empty_like(x), x.numel(), BLOCK_SIZE=block,
+                                                     num_warps=warps), ())
     return result
 
 
@@ -115,8 +123,8 @@ def compile_times() -> dict[str, float]:
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, MINICOMP_CACHE_DIR=f"{cache}/mc", TORCHINDUCTOR_CACHE_DIR=f"{cache}/ind",
                        TRITON_CACHE_DIR=f"{cache}/triton")
-            for phase in ("cold", "warm"):
-                out = subprocess.run([sys.executable, "-m", "minicomp.bench.compile_probe", impl, "cuda"],
+            for phase, extra in (("cold", []), ("warm", []), ("warm, new batch size", ["new-rows"])):
+                out = subprocess.run([sys.executable, "-m", "minicomp.bench.compile_probe", impl, "cuda", *extra],
                                      env=env, capture_output=True, text=True, check=True)
                 times[f"{impl} {phase}"] = float(out.stdout.strip().splitlines()[-1])
     return times

@@ -2,8 +2,9 @@
 
 `call` allocates what the kernels write, launches them, runs extern ATen ops in
 between, copies mutated inputs back and returns the graph's outputs. Everything
-that depends on the input signature (shapes, strides, grids) is a literal here,
-so a call does no work beyond launching.
+that depends on the input signature (shapes, strides, element counts) is a
+literal here, so a call does no work beyond launching; each kernel is launched
+through a `Launch` (launch.py) that picks its configuration on the first call.
 """
 from __future__ import annotations
 
@@ -29,22 +30,6 @@ ENV = jinja2.Environment(
 )
 
 
-def launch_config(numel: int, device: torch.device) -> tuple[int, int]:
-    """(BLOCK_SIZE, num_warps). On a GPU, 1024 elements for 4 warps gives each
-    thread 8 contiguous elements: two 16-byte loads of float32 per input.
-    Triton's interpreter runs one program at a time in numpy, so on the CPU
-    fewer, larger blocks are much faster."""
-    if device.type == "cpu":
-        return min(max(triton_next_power_of_2(numel), 16), 1 << 16), 1
-    if numel <= 4096:
-        return max(triton_next_power_of_2(numel), 128), 4 if numel > 1024 else 1
-    return 1024, 4
-
-
-def triton_next_power_of_2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
 def render_module(plan: Plan, function: str = "fn") -> str:
     graph = plan.graph
     device = _device(plan)
@@ -61,8 +46,10 @@ def render_module(plan: Plan, function: str = "fn") -> str:
         if graph[step.stores[0]].meta.numel == 0:
             continue
         source = KernelWriter(plan, step).write()
-        kernels.append(ENV.get_template("kernel.py.j2").render(**vars(source)).rstrip())
-        wrapper.append(_launch_line(source, device))
+        launcher = f"launch_{len(kernels)}"
+        kernels.append(ENV.get_template("kernel.py.j2").render(**vars(source), launcher=launcher,
+                                                               device=str(device)).rstrip())
+        wrapper.append(f"{launcher}({', '.join(source.args + [str(source.numel)])})  # {source.name}")
     wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
     outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
     wrapper.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
@@ -85,13 +72,6 @@ def _device(plan: Plan) -> torch.device:
         if isinstance(meta, TensorMeta):
             return meta.device
     return torch.device("cpu")
-
-
-def _launch_line(source: KernelSource, device: torch.device) -> str:
-    block, warps = launch_config(source.numel, device)
-    grid = -(-source.numel // block)
-    args = ", ".join(source.args + [str(source.numel)])
-    return f"{source.name}[({grid},)]({args}, BLOCK_SIZE={block}, num_warps={warps})"
 
 
 def _extern_line(node) -> str:

@@ -28,6 +28,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from minicomp.launch import Launch
+
 
 # kernel 0: add, mul, pow_1, mul_1, add_1, mul_2, tanh, add_2, mul_3
 #   aten ops: add, mul, pow, tanh
@@ -53,7 +55,10 @@ def mc_fused_add_mul_pow_tanh_0(x_ptr, b_ptr, out_ptr, n_elements, BLOCK_SIZE: t
     tl.store(out_ptr + offsets, mul_3, mask=mask)
 
 
+launch_0 = Launch(mc_fused_add_mul_pow_tanh_0, numel=512, device="cpu")
+
+
 def call(x, b):
     mul_3 = torch.empty_strided((8, 64), (64, 1), dtype=torch.float32, device='cpu')
-    mc_fused_add_mul_pow_tanh_0[(1,)](x, b, mul_3, 512, BLOCK_SIZE=512, num_warps=1)
+    launch_0(x, b, mul_3, 512)  # mc_fused_add_mul_pow_tanh_0
     return (mul_3,)

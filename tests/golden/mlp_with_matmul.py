@@ -34,6 +34,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from minicomp.launch import Launch
+
 
 # kernel 0: mul, add, relu
 #   aten ops: mul, add, relu
@@ -49,6 +51,9 @@ def mc_fused_mul_add_relu_0(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr
     add = mul + 1.0  # aten.add.Tensor
     relu = tl.where(add < 0, 0, add)  # aten.relu.default
     tl.store(out_ptr + offsets, relu, mask=mask)
+
+
+launch_0 = Launch(mc_fused_mul_add_relu_0, numel=128, device="cpu")
 
 # kernel 1: add_1, sigmoid
 #   aten ops: add, sigmoid
@@ -67,10 +72,13 @@ def mc_fused_add_sigmoid_1(mm_ptr, b_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.co
     tl.store(out_ptr + offsets, sigmoid, mask=mask)
 
 
+launch_1 = Launch(mc_fused_add_sigmoid_1, numel=256, device="cpu")
+
+
 def call(x, wt, b):
     relu = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device='cpu')
-    mc_fused_mul_add_relu_0[(1,)](x, relu, 128, BLOCK_SIZE=128, num_warps=1)
+    launch_0(x, relu, 128)  # mc_fused_mul_add_relu_0
     mm = torch.ops.aten.mm.default(relu, wt)
     sigmoid = torch.empty_strided((8, 32), (32, 1), dtype=torch.float32, device='cpu')
-    mc_fused_add_sigmoid_1[(1,)](mm, b, sigmoid, 256, BLOCK_SIZE=256, num_warps=1)
+    launch_1(mm, b, sigmoid, 256)  # mc_fused_add_sigmoid_1
     return (sigmoid,)

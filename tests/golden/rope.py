@@ -37,6 +37,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from minicomp.launch import Launch
+
 
 # kernel 0: mul, slice_1, neg, slice_2, cat, mul_1, add, mul_2, slice_3, neg_1, slice_4, cat_1, mul_3, add_1
 #   aten ops: mul, slice, neg, cat, add
@@ -70,8 +72,11 @@ def mc_fused_mul_slice_neg_cat_add_0(q_ptr, cos_ptr, sin_ptr, k_ptr, out0_ptr, o
     tl.store(out1_ptr + offsets, add_1, mask=mask)
 
 
+launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, numel=8192, device="cpu")
+
+
 def call(q, k, cos, sin):
     add = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     add_1 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
-    mc_fused_mul_slice_neg_cat_add_0[(1,)](q, cos, sin, k, add, add_1, 8192, BLOCK_SIZE=8192, num_warps=1)
+    launch_0(q, cos, sin, k, add, add_1, 8192)  # mc_fused_mul_slice_neg_cat_add_0
     return (add, add_1)

@@ -1,0 +1,49 @@
+"""`torch.compile(model, backend="minicomp")`: minicomp as a TorchDynamo backend.
+
+Dynamo captures each graph between graph breaks; AOTAutograd (as for
+`minicomp.jit` with inputs that need gradients) lowers it to ATen forward and
+backward graphs with the min-cut partition; minicomp compiles each. The package
+registers this function under the `torch_dynamo_backends` entry point
+(pyproject.toml), so the name "minicomp" works once the package is installed;
+without installing, pass the function: `torch.compile(model, backend=minicomp.dynamo.backend)`.
+
+A graph minicomp cannot compile (a dynamic shape, an op it cannot trace) runs as
+Dynamo captured it, with a warning (MINICOMP_FALLBACK=raise makes it an error).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import warnings
+
+import torch
+from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+
+from minicomp import capture
+from minicomp.compiler import compile_graph
+
+_graph_ids = itertools.count()
+
+
+def _compiler(role: str):
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+        name = f"dynamo_graph{next(_graph_ids)}_{role}"
+        try:
+            return make_boxed_func(compile_graph(gm, name).call)
+        except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
+            if os.environ.get("MINICOMP_FALLBACK", "warn") == "raise":
+                raise
+            if os.environ.get("MINICOMP_FALLBACK", "warn") == "warn":
+                warnings.warn(f"minicomp could not compile {name} ({type(err).__name__}: {err}); "
+                              "running it as captured", stacklevel=2)
+            return make_boxed_func(gm.forward)
+    return compile_fn
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs):
+    """The Dynamo backend: ATen graphs through AOTAutograd, each compiled by minicomp."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
+                        partition_fn=min_cut_rematerialization_partition,
+                        decompositions=capture.decompositions())(gm, example_inputs)
