@@ -1,8 +1,7 @@
 """`@minicomp.jit`: one compiled module per input signature, looked up on every call.
 
 A call flattens its arguments, builds the signature key (each tensor's shape,
-stride, dtype, device, requires_grad, 16-byte alignment; each Python scalar's
-type and value),
+stride, dtype, device, requires_grad; each Python scalar's type and value),
 and finds the compiled entry for it; the first call with a new key traces and
 compiles. A hit does nothing else: the generated `call` launches the kernels.
 """
@@ -47,10 +46,7 @@ class CompileError(RuntimeError):
 
 def _leaf_key(value):
     if isinstance(value, torch.Tensor):
-        # the 16-byte alignment is part of the signature: Triton specializes a kernel on it,
-        # and launch.py launches the specialized binary directly
-        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad,
-                value.data_ptr() % 16 == 0)
+        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
     try:
         hash(value)
     except TypeError:
@@ -87,7 +83,9 @@ class EagerEntry:
     compiled = None
 
     def __call__(self, fn, leaves, in_spec):
-        args, kwargs = pytree.tree_unflatten(leaves, in_spec)
+        if isinstance(in_spec, int):  # the positional fast path: leaves are the arguments
+            return fn(*leaves)
+        args, kwargs = pytree.tree_unflatten(list(leaves), in_spec)
         return fn(*args, **kwargs)
 
 
@@ -123,17 +121,27 @@ class JitFunction:
 
     # -- the call path --------------------------------------------------------
     def _flatten(self, args, kwargs):
-        """(leaves, in_spec): the arguments as a flat list, defaults bound."""
-        if self._plain and not kwargs and len(args) == len(self.params) \
-                and not any(isinstance(a, (list, tuple, dict)) for a in args):
-            return list(args), self._flat_spec(len(args))
+        """(leaves, in_spec): the arguments as a flat list, defaults bound.
+
+        The common call, every parameter passed positionally and none a container,
+        skips pytree: its in_spec is the plain argument count (an int hashes in
+        nanoseconds; a TreeSpec takes microseconds)."""
+        if self._plain and not kwargs and len(args) == len(self.params):
+            for a in args:
+                if isinstance(a, (list, tuple, dict)):
+                    break
+            else:
+                return args, len(args)
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return pytree.tree_flatten((bound.args, bound.kwargs))
 
-    @functools.lru_cache(maxsize=8)
-    def _flat_spec(self, n):
-        return pytree.tree_flatten((tuple(range(n)), {}))[1]
+    @staticmethod
+    def _spec(in_spec):
+        """The TreeSpec of a flattened call (the fast path keeps only the argument count)."""
+        if isinstance(in_spec, int):
+            return pytree.tree_flatten((tuple(range(in_spec)), {}))[1]
+        return in_spec
 
     def _key(self, leaves, in_spec):
         return (in_spec, tuple(map(_leaf_key, leaves)), torch.is_grad_enabled())
@@ -172,6 +180,7 @@ class JitFunction:
             return entry
 
     def _build(self, key, leaves, in_spec):
+        leaves, in_spec = list(leaves), self._spec(in_spec)
         names = capture.leaf_names(in_spec, self.params)
         if _needs_grad(leaves):
             return TrainingEntry(self.fn, leaves, in_spec, self.__name__,
@@ -215,6 +224,7 @@ class JitFunction:
         key = self._key(leaves, in_spec)
         entry = self.cache.get(key) or self._compile(key, leaves, in_spec)
         if isinstance(entry, Entry) and entry.compiled is None:  # loaded from disk: trace to see inside
+            leaves, in_spec = list(leaves), self._spec(in_spec)
             traced = capture.trace(self.fn, leaves, in_spec, capture.leaf_names(in_spec, self.params))
             entry.compiled = compile_graph(traced.gm, self.__name__, traced.input_names)
         return entry
@@ -242,7 +252,7 @@ def _difference(old, new) -> str:
         return "argument structure changed"
     if old_grad != new_grad:
         return f"grad mode {'on' if new_grad else 'off'}"
-    fields = ("shape", "stride", "dtype", "device", "requires_grad", "16-byte alignment")
+    fields = ("shape", "stride", "dtype", "device", "requires_grad")
     for i, (a, b) in enumerate(zip(old_leaves, new_leaves)):
         if a != b:
             if len(a) == len(fields) and len(b) == len(fields):

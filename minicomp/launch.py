@@ -5,12 +5,16 @@ A generated module makes one `Launch` per kernel when it is imported,
     launch_0 = Launch(mc_fused_add_relu_0, numel=4096, device="cuda:0")
 
 and its `call()` runs `launch_0(x, b, relu, 4096)`. The first call on a GPU
-chooses (BLOCK_SIZE, num_warps) (`choose` below), compiles through Triton's JIT
-(or loads Triton's disk cache) and keeps the compiled kernel. Every later call
-hands the arguments straight to that kernel's launcher: no argument binding,
-no specialization key, no cache lookup. That is safe because a module serves
-exactly one input signature (shapes, strides, dtypes, 16-byte alignment of
-every pointer), which the caller's guard (api.py) checked already.
+chooses (BLOCK_SIZE, num_warps) (`choose` below) and gets the compiled kernel:
+from a record an earlier process left (`<cache>/kernels/`, pointing into
+Triton's cache: no Triton JIT at all, which matters because Triton's first JIT
+use in a process hashes its own installation, ~0.3 s), else through Triton's
+JIT. Every later call hands the arguments straight to that kernel's C
+launcher: no argument binding, no specialization key, no cache lookup. That is
+safe because a module serves exactly one input signature (shapes, strides,
+dtypes: the caller's guard in api.py checked them); the one property Triton
+also specializes on that the guard does not cover, 16-byte alignment of each
+pointer, is checked per call (a misaligned view goes through Triton's JIT).
 
 Launch configuration, measured on an H200 (benchmarks/experiments/):
   * kernels under 16M elements: 1024 elements per program and 4 warps (8
@@ -28,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import types
 
 import torch
 
@@ -73,15 +78,67 @@ class Launch:
             return None
         return self._first_call(args)
 
+    def _jit_launch(self, args):
+        """Through Triton's JIT: it specializes on the arguments and caches the binaries."""
+        block, warps = self.config
+        return self.kernel[(self.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
+
     def _first_call(self, args):
         with self._lock, torch.cuda.device(self.device):
             if self.config is None:
                 self.config = self.choose(args)
-            block, warps = self.config
-            compiled = self.kernel[(self.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
+            aligned = _aligned_positions(args)
+            compiled = self._restore(aligned)
+            ran = compiled is None
+            if ran:  # Triton's JIT compiles (or loads its disk cache) and runs this call
+                compiled = self._jit_launch(args)
+                self._remember(compiled, aligned)
+            fast = _bind(compiled, self.grid(self.config[0]), self.config[0], self.device.index or 0, aligned,
+                         self._jit_launch)
             if self._fast is None:
-                self._fast = _bind(compiled, self.grid(block), block, self.device.index or 0)
+                self._fast = fast
+        if not ran:
+            fast(*args)
         return None
+
+    # -- the compiled kernel across processes ------------------------------------
+    # Triton's JIT hashes its own installation the first time a process uses it
+    # (~0.3 s) and imports more of itself (~0.1 s). A second process that already
+    # has the binary in Triton's cache skips all that: the path of each file of
+    # the compiled kernel is remembered, and loaded straight into a CompiledKernel.
+    def _record_path(self):
+        block, warps = self.config
+        key = hashlib.sha256(f"{self._tuning_key()}/{block}/{warps}".encode()).hexdigest()[:16]
+        return runtime.cache_dir() / "kernels" / f"{self.name}_{key}.json"
+
+    def _remember(self, compiled, aligned) -> None:
+        try:
+            record = dict(hash=compiled.hash, metadata_group=compiled.metadata_group, aligned=sorted(aligned),
+                          signature=dict(compiled.src.signature),
+                          constants=[[list(k), v] for k, v in compiled.src.constants.items()])
+            runtime.write_atomic(self._record_path(), json.dumps(record))
+        except (AttributeError, TypeError, ValueError, OSError) as err:  # not restorable: the JIT path stays
+            logs.cache.info("%s: compiled kernel not remembered (%s)", self.name, err)
+
+    def _restore(self, aligned):
+        """The compiled kernel of an earlier process, or None (then Triton's JIT compiles or loads it)."""
+        try:
+            record = json.loads(self._record_path().read_text())
+            if not set(record["aligned"]) <= aligned:  # compiled for 16-byte aligned pointers these are not
+                return None
+            from triton.compiler.compiler import CompiledKernel
+
+            src = types.SimpleNamespace(fn=self.kernel, signature=record["signature"],
+                                        constants={tuple(k): v for k, v in record["constants"]})
+            compiled = CompiledKernel(src, record["metadata_group"], record["hash"])
+            compiled._init_handles()
+        except FileNotFoundError:
+            return None
+        except Exception as err:  # noqa: BLE001 - a stale or damaged record: compile through the JIT
+            logs.cache.info("%s: remembered kernel not usable (%s: %s)", self.name, type(err).__name__, err)
+            return None
+        logs.cache.info("%s: compiled kernel loaded from %s", self.name, self._record_path())
+        return compiled
 
     # -- configuration --------------------------------------------------------
     def choose(self, args) -> tuple[int, int]:
@@ -119,17 +176,39 @@ class Launch:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _bind(compiled, grid: int, block: int, device_index: int):
-    """A function that launches `compiled` on the current stream, arguments as given."""
+def _aligned_positions(args) -> set[int]:
+    """Positions of tensor arguments whose data is 16-byte aligned (Triton specializes on it)."""
+    return {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.data_ptr() % 16 == 0}
+
+
+def _bind(compiled, grid: int, block: int, device_index: int, aligned: set[int], fallback):
+    """A function that launches `compiled` on the current stream, arguments as given.
+
+    `compiled` assumed the pointers at `aligned` are 16-byte aligned; a call
+    where one is not (a view at an odd offset) goes through Triton's JIT instead.
+    """
     launcher, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     current_stream = torch._C._cuda_getCurrentRawStream
     current_device = torch._C._cuda_getDevice
+    check = tuple(sorted(aligned))
+    if getattr(launcher, "global_scratch_size", 1) == 0 and getattr(launcher, "profile_scratch_size", 1) == 0:
+        # no scratch memory to allocate per launch: call the C launcher under Triton's Python wrapper
+        c_launch, cooperative, pdl = launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
+
+        def launch(stream, args):
+            c_launch(grid, 1, 1, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
+                     *args, block)
+    else:
+        def launch(stream, args):
+            launcher(grid, 1, 1, stream, function, metadata, None, None, None, *args, block)
 
     def fast(*args):
+        for i in check:
+            if args[i].data_ptr() % 16:
+                return fallback(args)
         if current_device() != device_index:  # launches go to the current device's context
             with torch.cuda.device(device_index):
-                return fast(*args)
-        launcher(grid, 1, 1, current_stream(device_index), function, metadata, None, None, None, *args, block)
-        return None
+                return launch(current_stream(device_index), args)
+        return launch(current_stream(device_index), args)
 
     return fast
