@@ -88,11 +88,11 @@ class Launch:
             if self.config is None:
                 self.config = self.choose(args)
             aligned = _aligned_positions(args)
-            compiled = self._restore(aligned)
+            compiled = self._restore(args, aligned)
             ran = compiled is None
             if ran:  # Triton's JIT compiles (or loads its disk cache) and runs this call
                 compiled = self._jit_launch(args)
-                self._remember(compiled, aligned)
+                self._remember(compiled, args, aligned)
             fast = _bind(compiled, self.grid(self.config[0]), self.config[0], self.device.index or 0, aligned,
                          self._jit_launch)
             if self._fast is None:
@@ -106,24 +106,34 @@ class Launch:
     # (~0.3 s) and imports more of itself (~0.1 s). A second process that already
     # has the binary in Triton's cache skips all that: the path of each file of
     # the compiled kernel is remembered, and loaded straight into a CompiledKernel.
-    def _record_path(self):
-        block, warps = self.config
-        key = hashlib.sha256(f"{self._tuning_key()}/{block}/{warps}".encode()).hexdigest()[:16]
-        return runtime.cache_dir() / "kernels" / f"{self.name}_{key}.json"
+    def _record_path(self, args):
+        """One record per binary: kernel text, launch config, and what Triton specializes
+        on besides alignment: each argument's type and n_elements' divisibility by 16.
+        Sizes are not part of it, so a new batch size reuses the binary."""
+        import triton
 
-    def _remember(self, compiled, aligned) -> None:
+        block, warps = self.config
+        kinds = [str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args]
+        numel_class = ("one" if self.numel == 1 else "multiple of 16" if self.numel % 16 == 0 else "any",
+                       "i64" if self.numel >= 2**31 else "i32")
+        text = "\n".join([self.kernel.src, f"{block}x{warps}", repr(kinds), repr(numel_class),
+                          torch.cuda.get_device_name(self.device), triton.__version__])
+        return runtime.cache_dir() / "kernels" / f"{self.name}_{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
+
+    def _remember(self, compiled, args, aligned) -> None:
         try:
             record = dict(hash=compiled.hash, metadata_group=compiled.metadata_group, aligned=sorted(aligned),
                           signature=dict(compiled.src.signature),
                           constants=[[list(k), v] for k, v in compiled.src.constants.items()])
-            runtime.write_atomic(self._record_path(), json.dumps(record))
+            runtime.write_atomic(self._record_path(args), json.dumps(record))
         except (AttributeError, TypeError, ValueError, OSError) as err:  # not restorable: the JIT path stays
             logs.cache.info("%s: compiled kernel not remembered (%s)", self.name, err)
 
-    def _restore(self, aligned):
+    def _restore(self, args, aligned):
         """The compiled kernel of an earlier process, or None (then Triton's JIT compiles or loads it)."""
         try:
-            record = json.loads(self._record_path().read_text())
+            path = self._record_path(args)
+            record = json.loads(path.read_text())
             if not set(record["aligned"]) <= aligned:  # compiled for 16-byte aligned pointers these are not
                 return None
             from triton.compiler.compiler import CompiledKernel
@@ -137,7 +147,7 @@ class Launch:
         except Exception as err:  # noqa: BLE001 - a stale or damaged record: compile through the JIT
             logs.cache.info("%s: remembered kernel not usable (%s: %s)", self.name, type(err).__name__, err)
             return None
-        logs.cache.info("%s: compiled kernel loaded from %s", self.name, self._record_path())
+        logs.cache.info("%s: compiled kernel loaded from %s", self.name, path)
         return compiled
 
     # -- configuration --------------------------------------------------------

@@ -125,6 +125,15 @@ def test_misaligned_views_share_the_module_and_stay_right(device):
     assert fn.compiles == 1
 
 
+def test_same_kernel_text_for_other_dtypes_gets_its_own_binary(device):
+    """`x * 2 + 1` renders the same Triton text for float32 and int32: the
+    compiled binaries (and launch.py's records of them) must not be shared."""
+    fn = minicomp.jit(lambda x: x * 2 + 1)
+    for x in (torch.randn(300, device=device), torch.arange(300, device=device, dtype=torch.int32),
+              torch.randn(300, device=device).half()):
+        torch.testing.assert_close(fn(x), x * 2 + 1)
+
+
 def test_threads_share_one_function():
     fn = minicomp.jit(w.lora_epilogue)
     errors = []
