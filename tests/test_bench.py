@@ -22,6 +22,17 @@ def test_gate_reports_a_wrong_implementation_instead_of_timing_it():
     assert verdict["good"] == "ok" and verdict["bad"].startswith("WRONG")
 
 
+def test_low_precision_gate_uses_a_float32_reference():
+    """Eager (rounding every op to bf16) and fused code (rounding once) both pass
+    against the float32 reference; a 5% wrong answer fails."""
+    fn = lambda x, y: x * 3.3 - y * 2.9  # noqa: E731
+    fused = lambda x, y: (x.float() * 3.3 - y.float() * 2.9).to(x.dtype)  # noqa: E731
+    impls = {"eager": fn, "fused": fused, "bad": lambda x, y: fn(x, y) * 1.05}
+    x = torch.randn(4096).bfloat16()
+    verdict = run.check(impls, [x, torch.randn(4096).bfloat16()], backward=False, dtype=torch.bfloat16)
+    assert verdict["eager"] == "ok" and verdict["fused"] == "ok" and verdict["bad"].startswith("WRONG")
+
+
 def test_ratios_geomean_and_outputs(tmp_path):
     rows = [dict(workload="w", dtype="float32", size=1, impl="inductor", check="ok", ms=2.0, floor_ms=1.0,
                  gbps=1.0, x_floor=2.0, bytes=8),
