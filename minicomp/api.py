@@ -28,7 +28,7 @@ class CompileError(RuntimeError):
 
     @staticmethod
     def describe(name: str, err: Exception) -> str:
-        """Why `name` did not compile, and what the user can do about it."""
+        """Why `name` did not compile, and what the user can do about it (one sentence)."""
         text = str(err)
         first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
         if "data-dependent" in text or "GuardOnDataDependent" in type(err).__name__:
@@ -40,8 +40,7 @@ class CompileError(RuntimeError):
                    "which minicomp compiles only for static shapes. Keep that op outside the jitted function")
         else:
             why = f"{type(err).__name__}: {first}"
-        return (f"minicomp could not compile {name}: {why}. With fallback='warn' (the default) or "
-                f"MINICOMP_FALLBACK=warn it runs eagerly instead.")
+        return f"minicomp could not compile {name}: {why}."
 
 
 def _leaf_key(value):
@@ -166,12 +165,12 @@ class JitFunction:
             try:
                 entry = self._build(key, leaves, in_spec)
             except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
-                message = CompileError.describe(self.__name__, err)
+                why = CompileError.describe(self.__name__, err)
                 if self.fallback == "raise":
-                    raise CompileError(message) from err
+                    raise CompileError(f"{why} With fallback='warn' (the default) or MINICOMP_FALLBACK=warn "
+                                       "it runs eagerly instead.") from err
                 if self.fallback == "warn":
-                    warnings.warn(message.replace("With fallback='warn' (the default) or MINICOMP_FALLBACK=warn "
-                                                  "it runs eagerly instead.", "Running it eagerly."), stacklevel=3)
+                    warnings.warn(f"{why} Running it eagerly.", stacklevel=3)
                 entry = EagerEntry()
             if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
                 self.cache.pop(next(iter(self.cache)))
@@ -191,12 +190,15 @@ class JitFunction:
             if stored is not None:
                 module, slots, out_spec = stored
                 return Entry(module.call, slots, len(leaves), out_spec)
-        traced = capture.trace(self.fn, leaves, in_spec, names)
-        compiled = compile_graph(traced.gm, self.__name__, traced.input_names)
+        traced, compiled = self._trace_and_compile(leaves, in_spec, names)
         if stored_key is not None and not compiled.graph.constants:
             persist.store(stored_key, compiled.source, self.__name__, compiled.interpret, traced.tensor_slots,
                           traced.out_spec)
         return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.out_spec, compiled)
+
+    def _trace_and_compile(self, leaves, in_spec, names) -> tuple[capture.Traced, Compiled]:
+        traced = capture.trace(self.fn, leaves, in_spec, names)
+        return traced, compile_graph(traced.gm, self.__name__, traced.input_names)
 
     def _persistent_key(self, key) -> str | None:
         if self._fingerprint is False:
@@ -209,11 +211,11 @@ class JitFunction:
     def _note_recompile(self, key) -> None:
         if not self.cache:
             return
-        logs.recompiles.info("%s: new signature (%s); %d compiled so far", self.__name__,
-                             _difference(next(reversed(self.cache)), key), self.compiles)
+        change = _difference(next(reversed(self.cache)), key)
+        logs.recompiles.info("%s: new signature (%s); %d compiled so far", self.__name__, change, self.compiles)
         if self.compiles + 1 == self.recompile_warning:
             warnings.warn(f"minicomp has compiled {self.__name__} for {self.recompile_warning} signatures "
-                          f"(last change: {_difference(next(reversed(self.cache)), key)}). Each new shape, "
+                          f"(last change: {change}). Each new shape, "
                           "dtype, stride or scalar value traces and compiles again; MINICOMP_LOGS=recompiles "
                           "shows each one.", stacklevel=4)
 
@@ -225,8 +227,7 @@ class JitFunction:
         entry = self.cache.get(key) or self._compile(key, leaves, in_spec)
         if isinstance(entry, Entry) and entry.compiled is None:  # loaded from disk: trace to see inside
             leaves, in_spec = list(leaves), self._spec(in_spec)
-            traced = capture.trace(self.fn, leaves, in_spec, capture.leaf_names(in_spec, self.params))
-            entry.compiled = compile_graph(traced.gm, self.__name__, traced.input_names)
+            _, entry.compiled = self._trace_and_compile(leaves, in_spec, capture.leaf_names(in_spec, self.params))
         return entry
 
     def compiled(self, *args, **kwargs) -> Compiled:

@@ -110,15 +110,11 @@ class Launch:
         """One record per binary: kernel text, launch config, and what Triton specializes
         on besides alignment: each argument's type and n_elements' divisibility by 16.
         Sizes are not part of it, so a new batch size reuses the binary."""
-        import triton
-
         block, warps = self.config
         kinds = [str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args]
         numel_class = ("one" if self.numel == 1 else "multiple of 16" if self.numel % 16 == 0 else "any",
                        "i64" if self.numel >= 2**31 else "i32")
-        text = "\n".join([self.kernel.src, f"{block}x{warps}", repr(kinds), repr(numel_class),
-                          torch.cuda.get_device_name(self.device), triton.__version__])
-        return runtime.cache_dir() / "kernels" / f"{self.name}_{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
+        return runtime.cache_dir() / "kernels" / f"{self.name}_{self._key(f'{block}x{warps}', kinds, numel_class)}.json"
 
     def _remember(self, compiled, args, aligned) -> None:
         try:
@@ -154,7 +150,7 @@ class Launch:
     def choose(self, args) -> tuple[int, int]:
         if self.numel < TUNE_MIN_NUMEL:
             return heuristic(self.numel, self.device)
-        path = runtime.cache_dir() / "tuning" / f"{self.name}_{self._tuning_key()}.json"
+        path = runtime.cache_dir() / "tuning" / f"{self.name}_{self._key(self.numel)}.json"
         try:
             block, warps = json.loads(path.read_text())["config"]
             logs.cache.info("tuned launch config for %s from %s: %s x %s warps", self.name, path, block, warps)
@@ -178,12 +174,13 @@ class Launch:
         run()  # compile outside the timed region
         return triton.testing.do_bench(run, warmup=5, rep=25, return_mode="median")
 
-    def _tuning_key(self) -> str:
+    def _key(self, *parts) -> str:
+        """A hash of this kernel's text, the GPU, Triton's version and `parts`: names files on disk."""
         import triton
 
-        text = "\n".join([self.kernel.src, str(self.numel), torch.cuda.get_device_name(self.device),
-                          triton.__version__])
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        text = "\n".join([self.kernel.src, torch.cuda.get_device_name(self.device), triton.__version__]
+                         + [repr(p) for p in parts])
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def _aligned_positions(args) -> set[int]:
@@ -213,12 +210,12 @@ def _bind(compiled, grid: int, block: int, device_index: int, aligned: set[int],
             launcher(grid, 1, 1, stream, function, metadata, None, None, None, *args, block)
 
     def fast(*args):
+        if current_device() != device_index:  # launches go to the current device's context
+            with torch.cuda.device(device_index):
+                return fast(*args)
         for i in check:
             if args[i].data_ptr() % 16:
                 return fallback(args)
-        if current_device() != device_index:  # launches go to the current device's context
-            with torch.cuda.device(device_index):
-                return launch(current_stream(device_index), args)
         return launch(current_stream(device_index), args)
 
     return fast
