@@ -108,13 +108,14 @@ class Launch:
     # the compiled kernel is remembered, and loaded straight into a CompiledKernel.
     def _record_path(self, args):
         """One record per binary: kernel text, launch config, and what Triton specializes
-        on besides alignment: each argument's type and n_elements' divisibility by 16.
-        Sizes are not part of it, so a new batch size reuses the binary."""
+        on besides alignment: each tensor's dtype, and of each integer (n_elements and
+        the runtime sizes of codegen/families.py) whether it is 1, a multiple of 16, and
+        32 or 64 bits. Sizes themselves are not part of it, so a new batch size or
+        sequence length reuses the binary."""
         block, warps = self.config
-        kinds = [str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args]
-        numel_class = ("one" if self.numel == 1 else "multiple of 16" if self.numel % 16 == 0 else "any",
-                       "i64" if self.numel >= 2**31 else "i32")
-        return runtime.cache_dir() / "kernels" / f"{self.name}_{self._key(f'{block}x{warps}', kinds, numel_class)}.json"
+        kinds = [str(a.dtype) if isinstance(a, torch.Tensor) else _int_class(a) if isinstance(a, int)
+                 else type(a).__name__ for a in args]
+        return runtime.cache_dir() / "kernels" / f"{self.name}_{self._key(f'{block}x{warps}', kinds)}.json"
 
     def _remember(self, compiled, args, aligned) -> None:
         try:
@@ -181,6 +182,12 @@ class Launch:
         text = "\n".join([self.kernel.src, torch.cuda.get_device_name(self.device), triton.__version__]
                          + [repr(p) for p in parts])
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _int_class(value: int) -> str:
+    """What Triton's JIT specializes an integer argument on."""
+    kind = "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "any"
+    return f"int {kind} {'i32' if -2**31 <= value < 2**31 else 'i64'}"
 
 
 def _aligned_positions(args) -> set[int]:

@@ -21,15 +21,27 @@ def mlp(x, wt, b):
 CASES = {
     "bias_gelu": (w.gelu_tanh, lambda: (torch.randn(8, 64), torch.randn(64))),
     "rope": (w.rope, lambda: (torch.randn(2, 4, 16, 64), torch.randn(2, 4, 16, 64), torch.randn(16, 64), torch.randn(16, 64))),
+    "rope_training": (w.rope, lambda: (torch.randn(2, 4, 16, 64, requires_grad=True),
+                                       torch.randn(2, 4, 16, 64, requires_grad=True),
+                                       torch.randn(16, 64), torch.randn(16, 64))),  # forward, then backward
     "mlp_with_matmul": (mlp, lambda: (torch.randn(8, 16), torch.randn(16, 32), torch.randn(32))),
 }
+
+
+def generated(fn, args) -> str:
+    """The module(s) minicomp generates for fn(*args); when training, after one backward
+    (AOTAutograd compiles the backward graph on the first backward call)."""
+    compiled = minicomp.jit(fn)
+    outputs = compiled(*args)
+    if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        sum(o.sum() for o in outputs).backward()
+    return compiled.source(*args)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_generated_source_matches_golden(name):
     fn, make = CASES[name]
-    source = minicomp.jit(fn).source(*make())
-    again = minicomp.jit(fn).source(*make())
+    source, again = generated(fn, make()), generated(fn, make())
     assert source == again  # same graph, same text
     path = GOLDEN / f"{name}.py"
     if os.environ.get("MINICOMP_UPDATE_GOLDEN"):

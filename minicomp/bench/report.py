@@ -57,7 +57,7 @@ def markdown(rows: list[dict], extra: dict) -> str:
         lines += [f"- {k}: {v:.1f}" for k, v in extra["per_call_us"].items()]
     if "compile_s" in extra:
         lines += ["", "### First call in a fresh process (s)", ""]
-        lines += [f"- {k}: {v:.3f}" for k, v in extra["compile_s"].items()]
+        lines += [f"- {k}: {v:.4f}" for k, v in extra["compile_s"].items()]
     return "\n".join(lines)
 
 

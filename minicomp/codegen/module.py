@@ -14,7 +14,8 @@ from pathlib import Path
 import jinja2
 import torch
 
-from minicomp.codegen.kernel import KernelSource, KernelWriter
+from minicomp.codegen import families
+from minicomp.codegen.kernel import KernelWriter
 from minicomp.fusion import Extern, Plan, output_strides
 from minicomp.ir import Ref, TensorMeta
 
@@ -45,11 +46,12 @@ def render_module(plan: Plan, function: str = "fn") -> str:
                            f"dtype={meta.dtype}, device={str(meta.device)!r})")
         if graph[step.stores[0]].meta.numel == 0:
             continue
-        source = KernelWriter(plan, step).write()
+        source = families.generalize(KernelWriter(plan, step).write())
         launcher = f"launch_{len(kernels)}"
         kernels.append(ENV.get_template("kernel.py.j2").render(**vars(source), launcher=launcher,
                                                                device=str(device)).rstrip())
-        wrapper.append(f"{launcher}({', '.join(source.args + [str(source.numel)])})  # {source.name}")
+        args = source.args + [str(source.numel)] + [str(v) for v in source.size_values]
+        wrapper.append(f"{launcher}({', '.join(args)})  # {source.name}")
     wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
     outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
     wrapper.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")

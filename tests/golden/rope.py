@@ -52,15 +52,15 @@ def mc_fused_mul_slice_neg_cat_add_0(q_ptr, cos_ptr, sin_ptr, k_ptr, out0_ptr, o
     x3 = offsets % 64
     q = tl.load(q_ptr + offsets, mask=mask, other=0)
     cos = tl.load(cos_ptr + ((offsets % 1024)), mask=mask, other=0)
+    sin = tl.load(sin_ptr + ((offsets % 1024)), mask=mask, other=0)
+    k = tl.load(k_ptr + offsets, mask=mask, other=0)
     mul = q * cos  # aten.mul.Tensor
     q_1 = tl.load(q_ptr + (offsets - 32), mask=mask & (x3 >= 32), other=0)
     q_2 = tl.load(q_ptr + (offsets + 32), mask=mask & (x3 < 32), other=0)
     neg = -q_2  # aten.neg.default
     cat = tl.where((x3 < 32), neg, q_1)  # aten.cat.default
-    sin = tl.load(sin_ptr + ((offsets % 1024)), mask=mask, other=0)
     mul_1 = cat * sin  # aten.mul.Tensor
     add = mul + mul_1  # aten.add.Tensor
-    k = tl.load(k_ptr + offsets, mask=mask, other=0)
     mul_2 = k * cos  # aten.mul.Tensor
     k_1 = tl.load(k_ptr + (offsets - 32), mask=mask & (x3 >= 32), other=0)
     k_2 = tl.load(k_ptr + (offsets + 32), mask=mask & (x3 < 32), other=0)

@@ -1,0 +1,88 @@
+"""Kernel families (codegen/families.py): a new sequence length reuses one kernel text with runtime sizes."""
+import re
+
+import pytest
+import torch
+
+import minicomp
+from minicomp import launch
+from minicomp.codegen import families
+import workloads as w
+
+
+def kernels(source: str) -> list[str]:
+    """The Triton kernels of a module: what Triton compiles and keys its cache on."""
+    return re.findall(r"^@triton\.jit\n.*?(?=^launch_)", source, flags=re.M | re.S)
+
+
+def rope_inputs(seq, head_dim=16, layout="BHSD", requires_grad=False, device="cpu"):
+    shape = (2, 3, seq, head_dim) if layout == "BHSD" else (2, seq, 3, head_dim)
+    table = (seq, head_dim) if layout == "BHSD" else (seq, 1, head_dim)
+    q, k = (torch.randn(shape, device=device, requires_grad=requires_grad) for _ in range(2))
+    return [q, k, torch.randn(table, device=device), torch.randn(table, device=device)]
+
+
+def check_rope(fn, inputs):
+    out = fn(*inputs)
+    expected = w.rope(*inputs)
+    torch.testing.assert_close(out, expected)
+    if inputs[0].requires_grad:
+        grads = [torch.randn_like(o) for o in expected]
+        got = torch.autograd.grad(out, inputs[:2], grads)
+        torch.testing.assert_close(got, torch.autograd.grad(expected, inputs[:2], grads))
+
+
+@pytest.mark.parametrize("layout", ["BHSD", "BSHD"])
+def test_sequence_lengths_after_the_second_share_one_kernel_text(layout, device):
+    fn = minicomp.jit(w.rope)
+    texts = []
+    for seq in (8, 16, 24, 40):
+        inputs = rope_inputs(seq, layout=layout, device=device)
+        check_rope(fn, inputs)
+        texts.append(kernels(fn.source(*inputs)))
+    assert "s0" not in texts[0][0]              # the first length keeps its constants
+    assert ", s0, BLOCK_SIZE" in texts[1][0]    # the second makes the sequence length an argument
+    assert texts[1] == texts[2] == texts[3]     # and every later one reuses that text
+    size = 40 * 16 if layout == "BHSD" else 40   # cos's index: offsets % (S*D), or x1 % S
+    assert f"runtime sizes: s0 = {size} " in fn.source(*rope_inputs(40, layout=layout, device=device))
+
+
+def test_the_backward_kernel_joins_a_family_too(device):
+    fn = minicomp.jit(w.rope)
+    texts = []
+    for seq in (8, 16, 24):
+        inputs = rope_inputs(seq, requires_grad=True, device=device)
+        check_rope(fn, inputs)
+        texts.append(kernels(fn.source(*inputs)))
+    assert len(texts[1]) == 2 and texts[1] == texts[2]
+
+
+def test_a_member_that_differs_somewhere_new_widens_the_family():
+    """A new head dim changes literals the sequence length never touched: they become sizes too."""
+    fn = minicomp.jit(w.rope)
+    for seq, head_dim in [(8, 16), (16, 16), (16, 32), (24, 64), (8, 16)]:
+        check_rope(fn, rope_inputs(seq, head_dim))
+    source = fn.source(*rope_inputs(24, 64))
+    assert re.search(r"x3 = offsets % s\d", source)  # the head dim is an argument now
+
+
+def test_integer_literals_are_found_by_token_not_by_text():
+    text = "x3 = offsets % 128\ny = 1e-05 * x3 + 0.5 - q_1 + 2048\nz = tl.float32"
+    spans = families.int_literals(text)
+    assert [text[a:b] for a, b in spans] == ["128", "2048"]
+
+
+def test_a_family_serves_only_members_equal_outside_their_sizes():
+    family = families.Family(first=(128, 64, 2048, 2048))
+    family.widen((128, 64, 4096, 4096))          # positions 2 and 3 moved together: one size
+    assert family.groups == [[2, 3]]
+    assert family.values((128, 64, 512, 512)) == [512]
+    assert family.values((128, 32, 512, 512)) is None   # differs where the template has a constant
+    assert family.values((128, 64, 512, 1024)) is None  # the shared size would need two values
+
+
+def test_launch_records_tell_integer_specializations_apart():
+    """Triton specializes an int argument on == 1 and on divisibility by 16: a binary
+    compiled for one class must not be loaded for another."""
+    classes = {launch._int_class(v) for v in (1, 16, 4096, 17, 2**33)}
+    assert len(classes) == 4 and launch._int_class(16) == launch._int_class(4096)
