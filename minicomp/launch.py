@@ -39,6 +39,9 @@ import torch
 from minicomp import logs, runtime
 
 CANDIDATES = [(512, 4), (1024, 4), (2048, 4)]
+# Triton's interpreter patches triton.language module-wide while a kernel runs: two threads
+# interpreting at once undo each other's patches ("Did you forget to add @triton.jit ?").
+_INTERPRETER_LOCK = threading.Lock()
 TUNE_MIN_NUMEL = 1 << 24   # below this a kernel takes a few microseconds: the heuristic is as good
 
 
@@ -74,7 +77,8 @@ class Launch:
             return fast(*args)
         if self.device.type == "cpu":  # the interpreter: nothing to keep
             block, warps = heuristic(self.numel, self.device)
-            self.kernel[(self.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
+            with _INTERPRETER_LOCK:
+                self.kernel[(self.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
             return None
         return self._first_call(args)
 
