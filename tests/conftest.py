@@ -39,6 +39,11 @@ def kernel_count(source: str) -> int:
     return len(re.findall(r"^@triton\.jit", source, flags=re.M))
 
 
+def kernel_text(source: str) -> list[str]:
+    """The Triton kernels of a module (what Triton compiles and keys its cache on)."""
+    return re.findall(r"^@triton\.jit\n.*?(?=^launch_)", source, flags=re.M | re.S)
+
+
 def tolerance(dtype: torch.dtype) -> dict:
     """Fused code keeps float32 between ops where eager rounds each op to 16 bits."""
     return {torch.float16: dict(atol=2e-3, rtol=2e-3), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}.get(dtype, {})

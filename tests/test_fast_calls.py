@@ -1,12 +1,10 @@
 """Issue: fast calls and compiles. Lean dispatch, the persistent cache, shapes, threads."""
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
 import threading
-import warnings
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import torch
 import minicomp
 from minicomp import capture, codegen, fingerprint, runtime
 from minicomp.__main__ import main as cli
+from conftest import kernel_text
 import workloads as w
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,11 +95,6 @@ def test_a_cache_hit_call_does_not_trace_or_render(monkeypatch):
     monkeypatch.setattr(capture, "trace", forbidden)
     monkeypatch.setattr(codegen, "render_module", forbidden)
     torch.testing.assert_close(fn(x * 2, b), torch.relu(x * 2 + b))
-
-
-def kernel_text(source: str) -> list[str]:
-    """The Triton kernels of a module (what Triton compiles and keys its cache on)."""
-    return re.findall(r"^@triton\.jit\n.*?(?=^launch_)", source, flags=re.M | re.S)
 
 
 @pytest.mark.parametrize("workload, shapes", [

@@ -7,12 +7,8 @@ import torch
 import minicomp
 from minicomp import launch
 from minicomp.codegen import families
+from conftest import kernel_text
 import workloads as w
-
-
-def kernels(source: str) -> list[str]:
-    """The Triton kernels of a module: what Triton compiles and keys its cache on."""
-    return re.findall(r"^@triton\.jit\n.*?(?=^launch_)", source, flags=re.M | re.S)
 
 
 def rope_inputs(seq, head_dim=16, layout="BHSD", requires_grad=False, device="cpu"):
@@ -39,7 +35,7 @@ def test_sequence_lengths_after_the_second_share_one_kernel_text(layout, device)
     for seq in (8, 16, 24, 40):
         inputs = rope_inputs(seq, layout=layout, device=device)
         check_rope(fn, inputs)
-        texts.append(kernels(fn.source(*inputs)))
+        texts.append(kernel_text(fn.source(*inputs)))
     assert "s0" not in texts[0][0]              # the first length keeps its constants
     assert ", s0, BLOCK_SIZE" in texts[1][0]    # the second makes the sequence length an argument
     assert texts[1] == texts[2] == texts[3]     # and every later one reuses that text
@@ -53,7 +49,7 @@ def test_the_backward_kernel_joins_a_family_too(device):
     for seq in (8, 16, 24):
         inputs = rope_inputs(seq, requires_grad=True, device=device)
         check_rope(fn, inputs)
-        texts.append(kernels(fn.source(*inputs)))
+        texts.append(kernel_text(fn.source(*inputs)))
     assert len(texts[1]) == 2 and texts[1] == texts[2]
 
 
