@@ -2,8 +2,11 @@
 
     python examples/rope.py        (CPU: Triton's interpreter; GPU when present)
 
-q and k are rotated in ONE kernel: rotate_half's slices and cat become masked
-loads of q at shifted offsets, cos/sin are read at a broadcast index.
+q and k are rotated in ONE kernel: rotate_half's slices and cat become loads
+of q at shifted offsets, and because the cat's boundary cuts the head dim in
+two equal halves the kernel walks it half by half, each half's choice decided
+in its own lines (every element of q, k, cos and sin loaded once, no selects).
+cos/sin are read at a broadcast index.
 """
 import torch
 

@@ -57,13 +57,15 @@ class Mod:
 
 @dataclass(frozen=True)
 class Flat:
-    """`offsets % modulus` (or plain `offsets`): several trailing variables at once."""
-    modulus: int | None
-    numel: int
+    """`(offsets // pitch) % count`: a run of adjacent variables at once, sum x_j * P_j / pitch.
+    `wraps` is False when the run reaches the outermost dim, whose variable needs no `%`."""
+    pitch: int
+    count: int
+    wraps: bool
 
     @property
     def bounds(self) -> tuple[int, int]:
-        return 0, (self.modulus or self.numel) - 1
+        return 0, self.count - 1
 
 
 Atom = Var | FloorDiv | Mod | Flat
@@ -223,25 +225,32 @@ class IterationSpace:
         return f"{text} % {var.size}" if pitch == 1 else f"({text}) % {var.size}"
 
     def collapse(self, expr: Expr) -> Expr:
-        """Rewrite c * sum_{j>=k} P_j * x_j as c * (offsets % P_{k-1})."""
+        """Rewrite each run of adjacent variables whose coefficients are c * P_j / P_i
+        (i the run's innermost dim) as c * Flat(P_i): a tensor laid out like the space
+        over those dims. The innermost run of a contiguous tensor is `offsets` itself,
+        which Triton vectorizes; a lone variable reads better as itself and is kept."""
         coeff = {a.dim: c for a, c in expr.terms if isinstance(a, Var)}
         live = [d for d, s in enumerate(self.shape) if s > 1]
-        if not live or live[-1] not in coeff:
-            return expr
-        scale = coeff[live[-1]] // self.pitch[live[-1]]
-        if scale == 0 or coeff[live[-1]] != scale * self.pitch[live[-1]]:
-            return expr
-        first = len(live) - 1
-        while first > 0 and coeff.get(live[first - 1]) == scale * self.pitch[live[first - 1]]:
-            first -= 1
-        if first == len(live) - 1 and first > 0:
-            return expr  # a lone innermost variable reads better as itself
-        top = live[first]
-        modulus = None if first == 0 else self.pitch[top] * self.shape[top]
-        kept = {a: c for a, c in expr.terms if not (isinstance(a, Var) and a.dim in live[first:])}
-        kept[Flat(modulus, self.numel)] = scale
+        runs: list[list[int]] = []
+        for d in reversed(live):   # innermost first
+            run = runs[-1] if runs else []
+            if d in coeff and run and run[-1] == live[live.index(d) + 1] and \
+                    coeff[d] == coeff[run[0]] * (self.pitch[d] // self.pitch[run[0]]):
+                run.append(d)
+            elif d in coeff:
+                runs.append([d])
+        kept = dict(expr.terms)
+        for run in runs:
+            if len(run) < 2:
+                continue
+            inner, top = run[0], run[-1]
+            for d in run:
+                del kept[Var(d, self.shape[d])]
+            flat = Flat(self.pitch[inner], self.pitch[top] * self.shape[top] // self.pitch[inner], top != live[0])
+            kept[flat] = kept.get(flat, 0) + coeff[inner]
         return Expr._make(kept, expr.const)
 
 
 def render_flat(atom: Flat) -> str:
-    return "offsets" if atom.modulus is None else f"(offsets % {atom.modulus})"
+    text = "offsets" if atom.pitch == 1 else f"(offsets // {atom.pitch})"
+    return f"({text} % {atom.count})" if atom.wraps else text

@@ -26,6 +26,9 @@ Launch configuration, measured on an H200 (benchmarks/experiments/):
     other way (1.08x and 1.34x).
   * Triton's interpreter (CPU) runs one program at a time in numpy: few, large
     programs are fastest there.
+  * a kernel walked in parts (codegen/split.py) writes `parts` elements per
+    offset: its BLOCK_SIZE is the configuration's divided by `parts`, so that a
+    program handles the same number of elements.
 """
 from __future__ import annotations
 
@@ -61,8 +64,9 @@ def heuristic(numel: int, device: torch.device) -> tuple[int, int]:
 class Launch:
     """One kernel of a generated module, launched as cheaply as Triton allows."""
 
-    def __init__(self, kernel, numel: int, device: str):
+    def __init__(self, kernel, numel: int, device: str, parts: int = 1):
         self.kernel, self.numel, self.device = kernel, numel, torch.device(device)
+        self.parts = parts   # elements written per offset
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
         self._fast = None   # the bound launcher, once the kernel is compiled
@@ -75,7 +79,7 @@ class Launch:
         fast = self._fast
         if fast is not None:
             return fast(*args)
-        if self.device.type == "cpu":  # the interpreter: nothing to keep
+        if self.device.type == "cpu":  # the interpreter: nothing to keep (and no need to scale by parts)
             block, warps = heuristic(self.numel, self.device)
             with _INTERPRETER_LOCK:
                 self.kernel[(self.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
@@ -153,8 +157,10 @@ class Launch:
 
     # -- configuration --------------------------------------------------------
     def choose(self, args) -> tuple[int, int]:
-        if self.numel < TUNE_MIN_NUMEL:
-            return heuristic(self.numel, self.device)
+        elements = self.numel * self.parts
+        if elements < TUNE_MIN_NUMEL:
+            block, warps = heuristic(elements, self.device)
+            return self._per_part(block), warps
         path = runtime.cache_dir() / "tuning" / f"{self.name}_{self._key(self.numel)}.json"
         try:
             block, warps = json.loads(path.read_text())["config"]
@@ -162,13 +168,19 @@ class Launch:
             return block, warps
         except (OSError, ValueError, KeyError, TypeError):
             pass  # absent or unreadable: measure again
-        times = {config: self._time(config, args) for config in CANDIDATES}
+        times = {config: self._time(config, args) for config in
+                 [(self._per_part(block), warps) for block, warps in CANDIDATES]}
         best = min(times, key=times.get)
         logs.fusion.info("%s: launch configs %s -> %s", self.name,
                          {f"{b}x{w}": f"{ms:.3f} ms" for (b, w), ms in times.items()}, best)
         runtime.write_atomic(path, json.dumps({"config": list(best), "ms": {f"{b}x{w}": ms for (b, w), ms in
                                                                             times.items()}}))
         return best
+
+    def _per_part(self, block: int) -> int:
+        """BLOCK_SIZE for `block` elements a program when each offset writes `parts` of them
+        (a power of two, as tl.arange needs: 3 parts of 1024 elements get 256 offsets)."""
+        return max(1 << ((block // self.parts).bit_length() - 1), 16)
 
     def _time(self, config, args) -> float:
         import triton.testing

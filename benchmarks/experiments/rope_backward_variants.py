@@ -10,6 +10,10 @@ tangent loads evict_first; `select` is a hand-written kernel that computes the
 same gradient with one select per output, the forward's shape (a measurement
 aid: minicomp never emits it). Each as a multiple of the memory floor, at the
 launch configuration minicomp tuned for the generated kernel.
+
+This studies the masked form of the kernel, from before codegen/split.py:
+splitting is switched off here (split.MAX_PARTS = 1) so that it still does.
+rope_split.py compares the masked and the split kernels.
 """
 import importlib.util
 import inspect
@@ -27,6 +31,7 @@ import triton.testing
 import minicomp
 from minicomp.bench import measure
 from minicomp.bench.workloads import WORKLOADS, rope
+from minicomp.codegen import split
 
 
 @triton.jit
@@ -85,6 +90,7 @@ def eviction_hints(source: str) -> str:
 
 
 def main(path):
+    split.MAX_PARTS = 1   # the masked kernel this experiment is about
     bandwidth = measure.copy_bandwidth("cuda")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []

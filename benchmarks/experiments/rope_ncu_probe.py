@@ -1,6 +1,8 @@
 """Run RoPE forward + backward (bf16, q, k of [8, 32, 2048, 128]) a few times, for a profiler to watch.
 
     ncu --kernel-name regex:mc_fused --launch-skip 20 --launch-count 2 python benchmarks/experiments/rope_ncu_probe.py
+
+(rope_ncu.txt was taken before codegen/split.py, of the masked kernels; this now runs the split ones.)
 """
 import torch
 

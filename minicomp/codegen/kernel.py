@@ -6,6 +6,10 @@ node, a view only rewrites the index it passes down, and a node that lives in
 memory becomes a masked `tl.load`. Evaluations are memoized on (node, index,
 mask), so a value used twice at the same index is computed once, and one used
 at a shifted index (rotate_half) is loaded again at that index.
+
+`write_kernel` writes a kernel twice when its cat/slice comparisons cut one
+dim into a few equal parts: the second time that dim is walked part by part,
+so each part's comparisons are decided in the text (codegen/split.py).
 """
 from __future__ import annotations
 
@@ -14,8 +18,10 @@ from dataclasses import dataclass, field
 import torch
 
 from minicomp import dtypes, ops
+from minicomp.codegen import split as splitting
+from minicomp.codegen.split import Split
 from minicomp.fusion import Kernel, Plan, output_strides
-from minicomp.indexing import Expr, IterationSpace, Var, render_flat
+from minicomp.indexing import Expr, IterationSpace, Var, const, render_flat
 
 INT32_LIMIT = 2**31 - 1
 
@@ -32,6 +38,7 @@ class KernelSource:
     wide_index: bool        # offsets need int64
     sizes: list[str] = field(default_factory=list)         # runtime size parameters (codegen/families.py)
     size_values: list[int] = field(default_factory=list)   # and this signature's values for them
+    parts: int = 1          # elements written per offset (codegen/split.py)
 
 
 def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:
@@ -40,12 +47,26 @@ def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int
     return sorted(range(len(shape)), key=lambda d: (-stride[d] if shape[d] > 1 else 0, d))
 
 
+def write_kernel(plan: Plan, kernel: Kernel) -> KernelSource:
+    """The kernel's source, walking a dim in parts where its cat/slice boundaries allow."""
+    writer = KernelWriter(plan, kernel)
+    source = writer.write()
+    split = splitting.choose(writer.space, writer.boundaries)
+    return source if split is None else KernelWriter(plan, kernel, split).write()
+
+
 class KernelWriter:
-    def __init__(self, plan: Plan, kernel: Kernel):
+    def __init__(self, plan: Plan, kernel: Kernel, split: Split | None = None):
         self.plan, self.graph, self.kernel = plan, plan.graph, kernel
         first = self.graph[kernel.stores[0]].meta
         self.order = iteration_order(output_strides(first), first.shape)
-        self.space = IterationSpace([first.shape[d] for d in self.order])
+        self.full_shape = [first.shape[d] for d in self.order]
+        self.split = split
+        shape = list(self.full_shape)
+        if split is not None:
+            shape[split.dim] = split.size
+        self.space = IterationSpace(shape)
+        self.boundaries: dict[int, set[int]] = {}    # space dim -> where a comparison changes truth
         self.plain_loads: list[str] = []   # loads under no condition but `mask`: emitted first
         self.lines: list[str] = []         # everything else, in evaluation order
         self.memo: dict[tuple, ops.Value] = {}        # (node, index, mask) -> its value
@@ -81,12 +102,37 @@ class KernelWriter:
     def mask_text(mask: tuple[str, ...]) -> str:
         return " & ".join(("mask",) + mask)
 
+    def compare(self, expr: Expr, relation: str, bound: int) -> str | bool:
+        """`expr <relation> bound` (>=, < or ==): decided here when the range of `expr` lies on
+        one side, else its source. Where the truth changes at one value of a variable whatever
+        the rest of `expr` is (`3*x0 + x1 >= 3` with x1 < 3: at x0 = 1), that value is recorded
+        as a boundary of the variable's range (codegen/split.py)."""
+        lo, hi = expr.bounds
+        if relation == ">=":
+            decided = True if lo >= bound else False if hi < bound else None
+        elif relation == "<":
+            decided = True if hi < bound else False if lo >= bound else None
+        else:
+            decided = True if lo == hi == bound else False if not lo <= bound <= hi else None
+        if decided is not None:
+            return decided
+        for atom, coeff in expr.terms:
+            if isinstance(atom, Var):
+                rest_lo, rest_hi = (expr - Expr.of(atom) * coeff).bounds
+                cut = splitting.boundary(coeff, rest_lo, relation, bound)
+                if cut == splitting.boundary(coeff, rest_hi, relation, bound):
+                    self.boundaries.setdefault(atom.dim, set()).update(cut)
+        return f"({self.index_text(expr)} {relation} {bound})"
+
     # -- values -------------------------------------------------------------
-    def root_index(self) -> tuple[Expr, ...]:
-        """The index of a stored value: logical dim order[k] walks variable x_k."""
+    def root_index(self, part: int = 0) -> tuple[Expr, ...]:
+        """The index of a stored value: logical dim order[k] walks variable x_k
+        (plus part * m on the split dim)."""
         index = [None] * len(self.order)
         for k, d in enumerate(self.order):
             index[d] = self.space.var(k)
+            if self.split is not None and k == self.split.dim:
+                index[d] = index[d] + const(part * self.split.size)
         return tuple(index)
 
     def temp(self, code: str, dtype: torch.dtype, hint: str, comment: str = "", plain_load: bool = False
@@ -119,6 +165,8 @@ class KernelWriter:
             return self.value(source, source_index, mask)
         rule = ops.INDEXED.get(op_name) or ops.POINTWISE[op_name]
         code = rule(op)
+        if code in self.used:  # the rule passed a value through (a decided cat or scatter): no alias line
+            return ops.Value(code, op.compute)
         return self.temp(code, op.compute, name, _provenance(node))
 
     def load(self, name: str, index, mask) -> ops.Value:
@@ -150,27 +198,34 @@ class KernelWriter:
     # -- the whole kernel ---------------------------------------------------
     def write(self) -> KernelSource:
         stores = []
-        root = self.root_index()
-        for k, name in enumerate(self.kernel.stores):
-            meta = self.graph[name].meta
-            value = self.value(name, root)
-            out = "out_ptr" if len(self.kernel.stores) == 1 else f"out{k}_ptr"
-            offset = Expr()
-            for e, stride in zip(root, output_strides(meta)):
-                offset = offset + e * stride
-            code = ops.cast(value, meta.dtype)
-            address = "offsets" if offset.is_const else self._paren(self.address(offset))  # const: numel is 1
-            stores.append((out, name, f"tl.store({out} + {address}, {code}, mask=mask)"))
-        params = [p for p in self.pointers.values()] + [s[0] for s in stores]
-        args = list(self.pointers) + [s[1] for s in stores]
+        outs = {name: "out_ptr" if len(self.kernel.stores) == 1 else f"out{k}_ptr"
+                for k, name in enumerate(self.kernel.stores)}
+        for part in range(self.split.parts if self.split else 1):
+            root = self.root_index(part)
+            if self.split is not None:
+                self.lines.append(f"# part {part} of {self.split.parts}")  # no size in it: see codegen/families.py
+            for name, out in outs.items():
+                meta = self.graph[name].meta
+                value = self.value(name, root)
+                offset = Expr()
+                for e, stride in zip(root, output_strides(meta)):
+                    offset = offset + e * stride
+                code = ops.cast(value, meta.dtype)
+                address = "offsets" if offset.is_const else self._paren(self.address(offset))  # const: numel 1
+                stores.append(f"tl.store({out} + {address}, {code}, mask=mask)")
+        params = list(self.pointers.values()) + list(outs.values())
+        args = list(self.pointers) + list(outs)
         defs = [f"x{v.dim} = {self.space.definition(v)}" for v in sorted(self.vars, key=lambda v: v.dim)]
-        space = " x ".join(map(str, self.space.shape)) or "scalar"
+        space = " x ".join(map(str, self.full_shape)) or "scalar"
         header = [
             f"kernel {self.kernel.index}: {', '.join(self.kernel.nodes) or 'copy'}",
             f"  aten ops: {', '.join(dict.fromkeys(self.kernel.op_names)) or '-'}",
             f"  iteration space: [{space}] (dims {self.order} of {list(self.kernel.shape)})",
             f"  reads {', '.join(self.kernel.loads) or '-'}; writes {', '.join(self.kernel.stores)}",
         ]
+        if self.split is not None:
+            header.append(f"  {self.split.describe(self.full_shape[self.split.dim])}: "
+                          f"each part's cat/slice choices are decided in its own lines")
         return KernelSource(
             kernel=self.kernel,
             name=self.kernel.name,
@@ -178,8 +233,9 @@ class KernelWriter:
             args=args,
             numel=self.space.numel,
             header=header,
-            body=defs + self.plain_loads + self.lines + [s[2] for s in stores],
+            body=defs + self.plain_loads + self.lines + stores,
             wide_index=self.space.numel > INT32_LIMIT or _max_offset(self.graph, args) > INT32_LIMIT,
+            parts=self.split.parts if self.split else 1,
         )
 
 

@@ -15,7 +15,7 @@ import jinja2
 import torch
 
 from minicomp.codegen import families
-from minicomp.codegen.kernel import KernelWriter
+from minicomp.codegen.kernel import write_kernel
 from minicomp.fusion import Extern, Plan, output_strides
 from minicomp.ir import Ref, TensorMeta
 
@@ -46,7 +46,7 @@ def render_module(plan: Plan, function: str = "fn") -> str:
                            f"dtype={meta.dtype}, device={str(meta.device)!r})")
         if graph[step.stores[0]].meta.numel == 0:
             continue
-        source = families.generalize(KernelWriter(plan, step).write())
+        source = families.generalize(write_kernel(plan, step))
         launcher = f"launch_{len(kernels)}"
         kernels.append(ENV.get_template("kernel.py.j2").render(**vars(source), launcher=launcher,
                                                                device=str(device)).rstrip())

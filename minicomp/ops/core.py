@@ -30,6 +30,19 @@ class Writer(Protocol):
     def value(self, name: str, index: tuple[Expr, ...], mask: tuple[str, ...]) -> Value: ...
     def temp(self, code: str, dtype: torch.dtype, hint: str) -> Value: ...
     def index_text(self, expr: Expr) -> str: ...
+    def compare(self, expr: Expr, relation: str, bound: int) -> str | bool: ...
+
+
+Condition = str | bool   # source text of a bool block, or a value known when the kernel is written
+
+
+def all_of(conditions) -> Condition:
+    """The conjunction: False if any is, True if all are, else the undecided ones joined by &."""
+    conditions = list(conditions)
+    if any(c is False for c in conditions):
+        return False
+    texts = [c for c in conditions if c is not True]
+    return " & ".join(texts) if texts else True
 
 
 def cast(v: Value, dtype: torch.dtype) -> str:
@@ -100,6 +113,11 @@ class Op:
             else:
                 dummies.append(arg)
         return dtypes.compute_dtype(torch.result_type(*dummies))
+
+    def compare(self, expr: Expr, relation: str, bound: int) -> Condition:
+        """`expr <relation> bound` for relation in >=, <, ==: True or False where the kernel
+        text decides it (codegen/split.py), else its source."""
+        return self.writer.compare(expr, relation, bound)
 
     def temp(self, code: str, dtype: torch.dtype | None = None) -> str:
         """A helper line `<node>_tmp = code` (for values a rule uses more than once)."""

@@ -6,12 +6,14 @@ inputs at shifted indexes, each load masked to the part it serves.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from minicomp.dtypes import literal
 from minicomp.indexing import Expr, const, contiguous_strides
 from minicomp.ir import TensorMeta
-from minicomp.ops.core import Op, broadcast_index, cast, indexed, view
+from minicomp.ops.core import Condition, Op, all_of, broadcast_index, cast, indexed, view
 
 
 # -- views: the input's index, given the output's ---------------------------------
@@ -151,7 +153,8 @@ def reshape_index(index, out_shape, in_shape) -> tuple[Expr, ...]:
 
 @indexed("cat")
 def cat(op: Op) -> str:
-    """where(d < n0, x0[d], where(d < n0 + n1, x1[d - n0], ...)), each load masked to its part."""
+    """where(d < n0, x0[d], where(d < n0 + n1, x1[d - n0], ...)), each load masked to its part;
+    a part the index never (or always) falls in is dropped (or taken) as the kernel is written."""
     ndim = op.node.meta.ndim
     d = _dim(op.param("dim"), ndim)
     parts = []
@@ -162,14 +165,18 @@ def cat(op: Op) -> str:
             continue
         parts.append((ref.name, start, start + meta.shape[d]))
         start += meta.shape[d]
-    pos = op.writer.index_text(op.index[d])
+    pos = op.index[d]
     result = None
     for k, (name, lo, hi) in reversed(list(enumerate(parts))):
-        cond = [f"({pos} >= {lo})"] if k > 0 else []
-        cond += [f"({pos} < {hi})"] if k < len(parts) - 1 else []
+        after = op.compare(pos, ">=", lo) if k > 0 else True
+        before = op.compare(pos, "<", hi) if k < len(parts) - 1 else True
+        inside = all_of([after, before])
+        if inside is False:
+            continue
         index = op.index[:d] + (op.index[d] - lo,) + op.index[d + 1:]
-        v = cast(op.writer.value(name, index, op.mask + tuple(cond)), op.compute)
-        result = v if result is None else f"tl.where({cond[-1]}, {v}, {result})"
+        mask = op.mask + ((inside,) if inside is not True else ())
+        v = cast(op.writer.value(name, index, mask), op.compute)
+        result = v if result is None or before is True else f"tl.where({before}, {v}, {result})"
     return result
 
 
@@ -178,21 +185,29 @@ def _slice_bounds(op: Op, size: int) -> tuple[int, int, int]:
     return start, max(slice_start(op.param("end"), size), start), step
 
 
-def _scatter(op: Op, src: str, inside: str, src_index: tuple, base) -> str:
-    """where(inside, src[src_index], base): `src` written into part of a tensor."""
+def _scatter(op: Op, src: str, inside: Condition, src_index: tuple, base: Callable[[], str]) -> str:
+    """where(inside, src[src_index], base()): `src` written into part of a tensor. `base` is
+    only evaluated (its lines only written) where some lane of this index can take it."""
+    if inside is False:
+        return base()
+    if inside is True:
+        return cast(op.writer.value(src, src_index, op.mask), op.compute)
     inside = op.temp(inside, torch.bool)
     value = cast(op.writer.value(src, src_index, op.mask + (inside,)), op.compute)
-    return f"tl.where({inside}, {value}, {base})"
+    return f"tl.where({inside}, {value}, {base()})"
 
 
-def _in_slice(op: Op, d: int) -> tuple[str, Expr]:
-    """(condition that index d lies in the slice, the index inside the slice)."""
+def _in_slice(op: Op, d: int) -> tuple[Condition, Expr]:
+    """(whether index d lies in the slice, the index inside the slice)."""
     start, end, step = _slice_bounds(op, op.node.meta.shape[d])
-    pos = op.writer.index_text(op.index[d])
-    conds = [f"({pos} >= {start})"] if start > 0 else []
-    conds += [f"({pos} < {end})"] if end < op.node.meta.shape[d] else []
-    conds += [f"(({pos} - {start}) % {step} == 0)"] if step != 1 else []
-    return " & ".join(conds) or "True", (op.index[d] - start).floordiv(step)
+    pos = op.index[d]
+    conds = [op.compare(pos, ">=", start)] if start > 0 else []
+    conds += [op.compare(pos, "<", end)] if end < op.node.meta.shape[d] else []
+    if step != 1:
+        offset = pos - start
+        conds.append(offset.const % step == 0 if offset.is_const
+                     else f"(({op.writer.index_text(pos)} - {start}) % {step} == 0)")
+    return all_of(conds), (pos - start).floordiv(step)
 
 
 @indexed("slice_backward")
@@ -200,22 +215,24 @@ def slice_backward(op: Op) -> str:
     """The gradient of a slice: grad at (i - start) / step inside the slice, 0 elsewhere."""
     d = _dim(op.param("dim"), op.node.meta.ndim)
     inside, inner = _in_slice(op, d)
-    return _scatter(op, op.args["grad_output"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:], "0.0")
+    return _scatter(op, op.args["grad_output"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:],
+                    lambda: "0.0")
 
 
 @indexed("slice_scatter")
 def slice_scatter(op: Op) -> str:
     d = _dim(op.param("dim"), op.node.meta.ndim)
     inside, inner = _in_slice(op, d)
-    return _scatter(op, op.args["src"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:], op.operand("self"))
+    return _scatter(op, op.args["src"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:],
+                    lambda: op.operand("self"))
 
 
 @indexed("select_scatter")
 def select_scatter(op: Op) -> str:
     d = _dim(op.param("dim"), op.node.meta.ndim)
     i = op.param("index") % op.node.meta.shape[d]
-    inside = f"{op.writer.index_text(op.index[d])} == {i}"
-    return _scatter(op, op.args["src"].name, inside, op.index[:d] + op.index[d + 1:], op.operand("self"))
+    inside = op.compare(op.index[d], "==", i)
+    return _scatter(op, op.args["src"].name, inside, op.index[:d] + op.index[d + 1:], lambda: op.operand("self"))
 
 
 @indexed("constant_pad_nd")
@@ -226,9 +243,6 @@ def constant_pad_nd(op: Op) -> str:
     for k in range(len(pad) // 2):
         d = meta.ndim - 1 - k
         before = pad[2 * k]
-        pos = op.writer.index_text(op.index[d])
-        conds.append(f"({pos} >= {before}) & ({pos} < {before + meta.shape[d]})")
+        conds += [op.compare(op.index[d], ">=", before), op.compare(op.index[d], "<", before + meta.shape[d])]
         index[d] = op.index[d] - before
-    inside = op.temp(" & ".join(conds), torch.bool)
-    x = cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)
-    return f"tl.where({inside}, {x}, {literal(op.param('value'), op.compute)})"
+    return _scatter(op, name, all_of(conds), tuple(index), lambda: literal(op.param("value"), op.compute))

@@ -44,39 +44,49 @@ from minicomp.launch import Launch
 #   aten ops: mul, slice, neg, cat, add
 #   iteration space: [2 x 4 x 16 x 64] (dims [0, 1, 2, 3] of [2, 4, 16, 64])
 #   reads q, k, cos, sin; writes add, add_1
+#   dim 3 (64) walked as 2 parts of 32: each part's cat/slice choices are decided in its own lines
 @triton.jit
 def mc_fused_mul_slice_neg_cat_add_0(q_ptr, cos_ptr, sin_ptr, k_ptr, out0_ptr, out1_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
-    x3 = offsets % 64
-    q = tl.load(q_ptr + offsets, mask=mask, other=0)
-    cos = tl.load(cos_ptr + ((offsets % 1024)), mask=mask, other=0)
-    sin = tl.load(sin_ptr + ((offsets % 1024)), mask=mask, other=0)
-    k = tl.load(k_ptr + offsets, mask=mask, other=0)
+    x2 = (offsets // 32) % 16
+    x3 = offsets % 32
+    q = tl.load(q_ptr + (x3 + 64*(offsets // 32)), mask=mask, other=0)
+    cos = tl.load(cos_ptr + (64*x2 + x3), mask=mask, other=0)
+    q_1 = tl.load(q_ptr + (x3 + 64*(offsets // 32) + 32), mask=mask, other=0)
+    sin = tl.load(sin_ptr + (64*x2 + x3), mask=mask, other=0)
+    k = tl.load(k_ptr + (x3 + 64*(offsets // 32)), mask=mask, other=0)
+    k_1 = tl.load(k_ptr + (x3 + 64*(offsets // 32) + 32), mask=mask, other=0)
+    cos_1 = tl.load(cos_ptr + (64*x2 + x3 + 32), mask=mask, other=0)
+    sin_1 = tl.load(sin_ptr + (64*x2 + x3 + 32), mask=mask, other=0)
+    # part 0 of 2
     mul = q * cos  # aten.mul.Tensor
-    q_1 = tl.load(q_ptr + (offsets - 32), mask=mask & (x3 >= 32), other=0)
-    q_2 = tl.load(q_ptr + (offsets + 32), mask=mask & (x3 < 32), other=0)
-    neg = -q_2  # aten.neg.default
-    cat = tl.where((x3 < 32), neg, q_1)  # aten.cat.default
-    mul_1 = cat * sin  # aten.mul.Tensor
+    neg = -q_1  # aten.neg.default
+    mul_1 = neg * sin  # aten.mul.Tensor
     add = mul + mul_1  # aten.add.Tensor
     mul_2 = k * cos  # aten.mul.Tensor
-    k_1 = tl.load(k_ptr + (offsets - 32), mask=mask & (x3 >= 32), other=0)
-    k_2 = tl.load(k_ptr + (offsets + 32), mask=mask & (x3 < 32), other=0)
-    neg_1 = -k_2  # aten.neg.default
-    cat_1 = tl.where((x3 < 32), neg_1, k_1)  # aten.cat.default
-    mul_3 = cat_1 * sin  # aten.mul.Tensor
+    neg_1 = -k_1  # aten.neg.default
+    mul_3 = neg_1 * sin  # aten.mul.Tensor
     add_1 = mul_2 + mul_3  # aten.add.Tensor
-    tl.store(out0_ptr + offsets, add, mask=mask)
-    tl.store(out1_ptr + offsets, add_1, mask=mask)
+    # part 1 of 2
+    mul_4 = q_1 * cos_1  # aten.mul.Tensor
+    mul_1_1 = q * sin_1  # aten.mul.Tensor
+    add_2 = mul_4 + mul_1_1  # aten.add.Tensor
+    mul_2_1 = k_1 * cos_1  # aten.mul.Tensor
+    mul_3_1 = k * sin_1  # aten.mul.Tensor
+    add_1_1 = mul_2_1 + mul_3_1  # aten.add.Tensor
+    tl.store(out0_ptr + (x3 + 64*(offsets // 32)), add, mask=mask)
+    tl.store(out1_ptr + (x3 + 64*(offsets // 32)), add_1, mask=mask)
+    tl.store(out0_ptr + (x3 + 64*(offsets // 32) + 32), add_2, mask=mask)
+    tl.store(out1_ptr + (x3 + 64*(offsets // 32) + 32), add_1_1, mask=mask)
 
 
-launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, numel=8192, device="cpu")
+launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, numel=4096, device="cpu", parts=2)
 
 
 def call(q, k, cos, sin):
     add = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     add_1 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
-    launch_0(q, cos, sin, k, add, add_1, 8192)  # mc_fused_mul_slice_neg_cat_add_0
+    launch_0(q, cos, sin, k, add, add_1, 4096)  # mc_fused_mul_slice_neg_cat_add_0
     return (add, add_1)

@@ -1,0 +1,77 @@
+"""Instructions per element of the RoPE kernels, from their SASS, without a GPU.
+
+    .venv/bin/python benchmarks/experiments/sass_count.py
+
+Triton compiles for a target it is told (sm_90 here) on any machine: its
+wheel carries ptxas and nvdisasm. For q, k of [8, 32, 2048, 128] in float32
+and bfloat16, the forward and backward kernels as minicomp writes them with
+and without walking the head dim in halves (codegen/split.py), compiled at
+BLOCK_SIZE 512 and 4 warps: SASS instructions (NOPs aside) divided by the
+elements one thread writes.
+"""
+import collections
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import minicomp
+from minicomp.bench.workloads import WORKLOADS, rope
+from minicomp import runtime
+from minicomp.codegen import families, split
+
+BLOCK, WARPS = 512, 4
+NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def sass(launch, dtype) -> list[str]:
+    fn = launch.kernel
+    names = fn.arg_names
+    signature = {n: "constexpr" if n == "BLOCK_SIZE" else "*" + TRITON_TYPES[dtype] if n.endswith("_ptr") else "i32"
+                 for n in names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n != "BLOCK_SIZE"}
+    compiled = triton.compile(ASTSource(fn, signature, constexprs={"BLOCK_SIZE": BLOCK}, attrs=aligned),
+                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=WARPS))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        text = subprocess.check_output([str(NVDISASM), "-c", cubin.name], text=True)
+    return [line for line in text.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line) and "NOP" not in line]
+
+
+def kernels(dtype, max_parts):
+    saved, split.MAX_PARTS = split.MAX_PARTS, max_parts
+    try:
+        families.forget()
+        inputs = WORKLOADS["rope_fwbw"].make(2048, dtype, "cpu")
+        fn = minicomp.jit(rope)
+        entry = fn.entry(*inputs)
+        torch.autograd.backward(fn(*inputs), [torch.ones_like(inputs[0])] * 2)
+        # the modules were imported for Triton's interpreter (CPU tensors): import their text compiled
+        return {part: runtime.load(getattr(entry, part).source, f"sass_{part}", interpret=False).launch_0
+                for part in ("forward", "backward")}
+    finally:
+        split.MAX_PARTS = saved
+
+
+def main():
+    threads = WARPS * 32
+    for dtype in (torch.float32, torch.bfloat16):
+        for label, max_parts in (("masked", 1), ("split", split.MAX_PARTS)):
+            for part, launch in kernels(dtype, max_parts).items():
+                lines = sass(launch, dtype)
+                per_thread = BLOCK * launch.parts // threads
+                ops = collections.Counter(re.search(r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_]+)", line).group(1)
+                                          for line in lines)
+                print(f"{str(dtype)[6:]:9} {part:8} {label:6}: {len(lines):4} instructions / {per_thread} "
+                      f"elements = {len(lines) / per_thread:5.1f} per element  {dict(ops.most_common(6))}")
+
+
+if __name__ == "__main__":
+    main()
