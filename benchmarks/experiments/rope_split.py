@@ -50,18 +50,24 @@ def stream(a_ptr, b_ptr, c_ptr, d_ptr, out0_ptr, out1_ptr, n_elements, BLOCK_SIZ
     tl.store(out1_ptr + offsets, (d * c).to(out1_ptr.dtype.element_ty), mask=mask)
 
 
-def kernels_of(sets, max_parts):
-    """(forward launch, backward launch) as minicomp writes them with split.MAX_PARTS = max_parts."""
+def rope_entry(inputs, max_parts):
+    """minicomp's compiled RoPE (forward and backward modules) written with split.MAX_PARTS = max_parts."""
     saved, split.MAX_PARTS = split.MAX_PARTS, max_parts
     os.environ["MINICOMP_CACHE_DIR"] = tempfile.mkdtemp()   # nothing served from an earlier write
     try:
         families.forget()
         fn = minicomp.jit(rope)
-        entry = fn.entry(*sets[0])
-        torch.autograd.backward(fn(*sets[0]), [torch.ones_like(sets[0][0])] * 2)
-        return tuple(sys.modules[getattr(entry, part).call.__module__].launch_0 for part in ("forward", "backward"))
+        entry = fn.entry(*inputs)
+        torch.autograd.backward(fn(*inputs), [torch.ones_like(inputs[0])] * 2)
+        return entry
     finally:
         split.MAX_PARTS = saved
+
+
+def kernels_of(sets, max_parts):
+    """(forward launch, backward launch) as minicomp writes them with split.MAX_PARTS = max_parts."""
+    entry = rope_entry(sets[0], max_parts)
+    return tuple(sys.modules[getattr(entry, part).call.__module__].launch_0 for part in ("forward", "backward"))
 
 
 def main(path):

@@ -12,6 +12,7 @@ elements one thread writes.
 import collections
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,10 +21,12 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-import minicomp
-from minicomp.bench.workloads import WORKLOADS, rope
 from minicomp import runtime
-from minicomp.codegen import families, split
+from minicomp.bench.workloads import WORKLOADS
+from minicomp.codegen import split
+
+sys.path.insert(0, "benchmarks/experiments")
+from rope_split import rope_entry  # noqa: E402
 
 BLOCK, WARPS = 512, 4
 NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
@@ -46,18 +49,10 @@ def sass(launch, dtype) -> list[str]:
 
 
 def kernels(dtype, max_parts):
-    saved, split.MAX_PARTS = split.MAX_PARTS, max_parts
-    try:
-        families.forget()
-        inputs = WORKLOADS["rope_fwbw"].make(2048, dtype, "cpu")
-        fn = minicomp.jit(rope)
-        entry = fn.entry(*inputs)
-        torch.autograd.backward(fn(*inputs), [torch.ones_like(inputs[0])] * 2)
-        # the modules were imported for Triton's interpreter (CPU tensors): import their text compiled
-        return {part: runtime.load(getattr(entry, part).source, f"sass_{part}", interpret=False).launch_0
-                for part in ("forward", "backward")}
-    finally:
-        split.MAX_PARTS = saved
+    entry = rope_entry(WORKLOADS["rope_fwbw"].make(2048, dtype, "cpu"), max_parts)
+    # the modules were imported for Triton's interpreter (CPU tensors): import their text compiled
+    return {part: runtime.load(getattr(entry, part).source, f"sass_{part}", interpret=False).launch_0
+            for part in ("forward", "backward")}
 
 
 def main():

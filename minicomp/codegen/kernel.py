@@ -19,7 +19,6 @@ import torch
 
 from minicomp import dtypes, ops
 from minicomp.codegen import split as splitting
-from minicomp.codegen.split import Split
 from minicomp.fusion import Kernel, Plan, output_strides
 from minicomp.indexing import Expr, IterationSpace, Var, const, render_flat
 
@@ -56,7 +55,7 @@ def write_kernel(plan: Plan, kernel: Kernel) -> KernelSource:
 
 
 class KernelWriter:
-    def __init__(self, plan: Plan, kernel: Kernel, split: Split | None = None):
+    def __init__(self, plan: Plan, kernel: Kernel, split: splitting.Split | None = None):
         self.plan, self.graph, self.kernel = plan, plan.graph, kernel
         first = self.graph[kernel.stores[0]].meta
         self.order = iteration_order(output_strides(first), first.shape)
