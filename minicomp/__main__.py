@@ -33,14 +33,19 @@ def main(argv=None) -> int:
 
 
 def cache(argv) -> int:
-    from minicomp import runtime
+    from minicomp import cache as disk
 
     parser = argparse.ArgumentParser(prog="minicomp cache")
     parser.add_argument("action", choices=["info", "clear"])
-    if parser.parse_args(argv).action == "info":
-        print(runtime.cache_info())
-    else:
-        print(f"removed {runtime.clear_cache()} files from {runtime.cache_dir()}")
+    action = parser.parse_args(argv).action
+    try:
+        if action == "info":
+            print(disk.info())
+        else:
+            print(f"removed {disk.clear()} files from {disk.root()}")
+    except OSError as err:   # a read-only or foreign directory: one line, not a traceback
+        print(f"minicomp cache {action}: {err.strerror or err} ({err.filename or disk.root()})", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
-import os
 import threading
 import warnings
 
@@ -18,7 +17,7 @@ import torch
 import torch.autograd.profiler as _profiler
 from torch.utils import _pytree as pytree
 
-from minicomp import capture, fingerprint, logs, persist
+from minicomp import capture, config, fingerprint, guards, logs, persist
 from minicomp.autograd import TrainingEntry
 from minicomp.compiler import Compiled, compile_graph
 
@@ -38,19 +37,11 @@ class CompileError(RuntimeError):
         elif "SymInt" in text or "DynamicOutputShape" in type(err).__name__:
             why = ("an op's output shape depends on tensor values (nonzero, unique, masked indexing), "
                    "which minicomp compiles only for static shapes. Keep that op outside the jitted function")
+        elif isinstance(err, (Unguarded, guards.SideEffect)):
+            why = text
         else:
             why = f"{type(err).__name__}: {first}"
         return f"minicomp could not compile {name}: {why}."
-
-
-def _leaf_key(value):
-    if isinstance(value, torch.Tensor):
-        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
-    try:
-        hash(value)
-    except TypeError:
-        return (type(value), repr(value))
-    return (type(value), value)
 
 
 def _needs_grad(leaves) -> bool:
@@ -58,23 +49,37 @@ def _needs_grad(leaves) -> bool:
     return torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
 
 
+class Unguarded(RuntimeError):
+    """An argument minicomp cannot watch for changes (guards.Unguardable)."""
+
+
 class Entry:
-    """What one signature compiled to: the generated module's `call`, and how the
-    flattened arguments go in and the outputs come out.
+    """What one signature compiled to: the generated module's `call`, which arguments go in,
+    which inputs it writes into, and how the outputs come out (capture.Outputs).
 
     `compiled` (graph, plan, source) is there when this process traced the
     function; an entry loaded from the persistent cache has only the module.
     """
 
-    def __init__(self, call, tensor_slots: list[int], n_leaves: int, out_spec, compiled: Compiled | None = None):
+    def __init__(self, call, tensor_slots: list[int], n_leaves: int, outputs: capture.Outputs,
+                 mutated: list[int], compiled: Compiled | None = None):
         self.call = call
-        self.slots = None if list(tensor_slots) == list(range(n_leaves)) else list(tensor_slots)
-        self.unflatten = _unflattener(out_spec)
+        self.tensor_slots = list(tensor_slots)
+        self.slots = None if self.tensor_slots == list(range(n_leaves)) else self.tensor_slots
+        self.outputs = outputs
+        self.unflatten = _unflattener(outputs.spec) if outputs.simple else None
+        self.mutated = list(mutated)   # argument slots the module writes into
         self.compiled = compiled
 
     def __call__(self, fn, leaves, in_spec):
+        if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
+            logs.recompiles.info("an input the compiled code writes into shares memory with another "
+                                 "argument: this call runs eagerly")
+            return EagerEntry()(fn, leaves, in_spec)
         outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
-        return self.unflatten(outputs)
+        if self.unflatten is not None:
+            return self.unflatten(outputs)
+        return self.outputs.assemble(outputs, leaves)
 
 
 class EagerEntry:
@@ -97,22 +102,53 @@ def _unflattener(out_spec):
     return lambda outputs: pytree.tree_unflatten(list(outputs), out_spec)
 
 
+def _name_of(fn) -> str:
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str):
+        return name
+    inner = getattr(fn, "func", None)   # functools.partial
+    return f"partial_{_name_of(inner)}" if inner is not None else type(fn).__name__
+
+
+def _signature(fn) -> inspect.Signature | None:
+    """The signature to bind arguments with, or None (builtins like torch.relu: passed as given)."""
+    try:
+        return inspect.signature(fn)
+    except (ValueError, TypeError):
+        return None
+
+
+def _copy(value):
+    """A copy of a tensor argument with the same strides and requires_grad (for looking inside)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    with torch.no_grad():
+        copy = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+        copy.copy_(value)
+    return copy.requires_grad_(value.requires_grad)
+
+
 class JitFunction:
     """A function compiled by minicomp; call it like the original."""
 
-    cache_limit = int(os.environ.get("MINICOMP_CACHE_LIMIT", 64))      # signatures kept per function
-    recompile_warning = int(os.environ.get("MINICOMP_RECOMPILE_WARNING", 8))
-
-    def __init__(self, fn, fallback: str | None = None, name: str | None = None):
+    def __init__(self, fn, fallback: str | None = None, name: str | None = None, context=None):
+        if not callable(fn):
+            raise TypeError(f"minicomp.jit needs a function or module, not {type(fn).__name__}")
         self.fn = fn
-        self.fallback = fallback or os.environ.get("MINICOMP_FALLBACK", "warn")
-        if self.fallback not in ("warn", "raise", "silent"):
-            raise ValueError(f"fallback must be 'warn', 'raise' or 'silent', not {self.fallback!r}")
-        functools.update_wrapper(self, fn)
-        self.__name__ = name or getattr(fn, "__name__", type(fn).__name__)
-        self.signature = inspect.signature(fn)
-        self.params = list(self.signature.parameters)
-        self._plain = all(p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values())
+        self.fallback = config.fallback(fallback)
+        self.cache_limit = config.cache_limit()              # signatures kept per function
+        self.recompile_warning = config.recompile_warning()
+        try:
+            functools.update_wrapper(self, fn)
+        except (AttributeError, TypeError):
+            pass
+        self.__name__ = name or _name_of(fn)
+        self.signature = _signature(fn)
+        self.params = list(self.signature.parameters) if self.signature is not None else []
+        self._plain = self.signature is None or all(p.kind == p.POSITIONAL_OR_KEYWORD
+                                                    for p in self.signature.parameters.values())
+        self.context = context or guards.FunctionContext(fn)
+        self._context_state = None if isinstance(self.context, guards.FunctionContext) else self.context.state
         self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
         self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
@@ -125,12 +161,14 @@ class JitFunction:
         The common call, every parameter passed positionally and none a container,
         skips pytree: its in_spec is the plain argument count (an int hashes in
         nanoseconds; a TreeSpec takes microseconds)."""
-        if self._plain and not kwargs and len(args) == len(self.params):
+        if self._plain and not kwargs and (self.signature is None or len(args) == len(self.params)):
             for a in args:
                 if isinstance(a, (list, tuple, dict)):
                     break
             else:
                 return args, len(args)
+        if self.signature is None:
+            return pytree.tree_flatten((args, kwargs))
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return pytree.tree_flatten((bound.args, bound.kwargs))
@@ -143,66 +181,89 @@ class JitFunction:
         return in_spec
 
     def _key(self, leaves, in_spec):
-        return (in_spec, tuple(map(_leaf_key, leaves)), torch.is_grad_enabled())
+        state = self._context_state
+        return (in_spec, tuple(map(guards.leaf_key, leaves)), guards.global_state(),
+                None if state is None else state())
 
     def __call__(self, *args, **kwargs):
         leaves, in_spec = self._flatten(args, kwargs)
         key = self._key(leaves, in_spec)
         entry = self.cache.get(key)
         if entry is None:
-            entry = self._compile(key, leaves, in_spec)
+            return self._first_call(key, leaves, in_spec)
         if _profiler._is_profiler_enabled:  # a named range in torch.profiler traces; free otherwise
             with torch.profiler.record_function(f"minicomp: {self.__name__}"):
                 return entry(self.fn, leaves, in_spec)
         return entry(self.fn, leaves, in_spec)
 
     # -- a new signature -------------------------------------------------------
-    def _compile(self, key, leaves, in_spec):
+    def _first_call(self, key, leaves, in_spec):
+        """Compile the signature and run it once, under the lock. Whatever fails before the
+        compiled code has returned (tracing, compiling, or its first run) falls back by policy:
+        nothing of the user's has changed by then (mutations are written back last)."""
         with self._lock:
-            if key in self.cache:
-                return self.cache[key]
-            self._note_recompile(key)
-            try:
-                entry = self._build(key, leaves, in_spec)
-            except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
-                why = CompileError.describe(self.__name__, err)
-                if self.fallback == "raise":
-                    raise CompileError(f"{why} With fallback='warn' (the default) or MINICOMP_FALLBACK=warn "
-                                       "it runs eagerly instead.") from err
-                if self.fallback == "warn":
-                    warnings.warn(f"{why} Running it eagerly.", stacklevel=3)
-                entry = EagerEntry()
-            if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
-                self.cache.pop(next(iter(self.cache)))
-            self.cache[key] = entry
-            self.compiles += 1
-            return entry
+            entry = self.cache.get(key)
+            if entry is None:
+                self._note_recompile(key)
+                failure = None
+                try:
+                    entry = self._build(key, leaves, in_spec)
+                    result = entry(self.fn, leaves, in_spec)
+                except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
+                    failure, entry = err, EagerEntry()
+                self._remember(key, entry)
+                if failure is None:
+                    return result
+                self._fall_back(failure)
+        return entry(self.fn, leaves, in_spec)
+
+    def _fall_back(self, err: Exception) -> None:
+        why = CompileError.describe(self.__name__, err)
+        if self.fallback == "raise":
+            raise CompileError(f"{why} With fallback='warn' (the default) or MINICOMP_FALLBACK=warn "
+                               "it runs eagerly instead.") from err
+        if self.fallback == "warn":
+            warnings.warn(f"{why} Running it eagerly.", stacklevel=4)
+
+    def _remember(self, key, entry) -> None:
+        if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
+            self.cache.pop(next(iter(self.cache)))
+        self.cache[key] = entry
+        self.compiles += 1
 
     def _build(self, key, leaves, in_spec):
+        bad = guards.unguardable(key[1])
+        if bad is not None:
+            raise Unguarded(f"an argument is a {type(bad.obj).__name__} object, and minicomp cannot tell "
+                            "when an object changes. Pass the values it holds (tensors, numbers, strings) "
+                            "instead")
         leaves, in_spec = list(leaves), self._spec(in_spec)
         names = capture.leaf_names(in_spec, self.params)
+        fn = guards.watch(self.fn, self.context)
         if _needs_grad(leaves):
-            return TrainingEntry(self.fn, leaves, in_spec, self.__name__,
+            return TrainingEntry(fn, leaves, in_spec, self.__name__,
                                  [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)])
         stored_key = self._persistent_key(key)
         if stored_key is not None:
             stored = persist.load(stored_key)
             if stored is not None:
-                module, slots, out_spec = stored
-                return Entry(module.call, slots, len(leaves), out_spec)
-        traced, compiled = self._trace_and_compile(leaves, in_spec, names)
+                module, slots, mutated, outputs = stored
+                return Entry(module.call, slots, len(leaves), outputs, mutated)
+        traced, compiled = _trace_and_compile(fn, leaves, in_spec, names, self.__name__)
+        mutated = _mutated_slots(traced, compiled)
         if stored_key is not None and not compiled.graph.constants:
             persist.store(stored_key, compiled.source, self.__name__, compiled.interpret, traced.tensor_slots,
-                          traced.out_spec)
-        return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.out_spec, compiled)
-
-    def _trace_and_compile(self, leaves, in_spec, names) -> tuple[capture.Traced, Compiled]:
-        traced = capture.trace(self.fn, leaves, in_spec, names)
-        return traced, compile_graph(traced.gm, self.__name__, traced.input_names)
+                          mutated, traced.outputs)
+        return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled)
 
     def _persistent_key(self, key) -> str | None:
+        if guards.contains(key, guards.ByIdentity):
+            logs.cache.info("%s: a signature keyed by an object's identity is not cached across processes",
+                            self.__name__)
+            return None
         if self._fingerprint is False:
-            self._fingerprint = fingerprint.of(self.fn)
+            of = getattr(self.context, "fingerprint", None)
+            self._fingerprint = of() if of is not None else fingerprint.of(self.fn)
             if self._fingerprint is None:
                 logs.cache.info("%s reads state minicomp cannot fingerprint: not cached across processes",
                                 self.__name__)
@@ -217,17 +278,21 @@ class JitFunction:
             warnings.warn(f"minicomp has compiled {self.__name__} for {self.recompile_warning} signatures "
                           f"(last change: {change}). Each new shape, "
                           "dtype, stride or scalar value traces and compiles again; MINICOMP_LOGS=recompiles "
-                          "shows each one.", stacklevel=4)
+                          "shows each one.", stacklevel=5)
 
     # -- looking inside -------------------------------------------------------
     def entry(self, *args, **kwargs):
-        """What these arguments compile to (compiling it if needed)."""
+        """What these arguments compile to (compiling it, on copies of the tensors, if needed)."""
         leaves, in_spec = self._flatten(args, kwargs)
         key = self._key(leaves, in_spec)
-        entry = self.cache.get(key) or self._compile(key, leaves, in_spec)
+        if key not in self.cache:
+            self._first_call(key, [_copy(v) for v in leaves], in_spec)
+        entry = self.cache[key]
         if isinstance(entry, Entry) and entry.compiled is None:  # loaded from disk: trace to see inside
-            leaves, in_spec = list(leaves), self._spec(in_spec)
-            _, entry.compiled = self._trace_and_compile(leaves, in_spec, capture.leaf_names(in_spec, self.params))
+            leaves, in_spec = [_copy(v) for v in leaves], self._spec(in_spec)
+            names = capture.leaf_names(in_spec, self.params)
+            _, entry.compiled = _trace_and_compile(guards.watch(self.fn, self.context), leaves, in_spec, names,
+                                                   self.__name__)
         return entry
 
     def compiled(self, *args, **kwargs) -> Compiled:
@@ -245,14 +310,26 @@ class JitFunction:
         return entry.source if isinstance(entry, TrainingEntry) else self.compiled(*args, **kwargs).source
 
 
+def _trace_and_compile(fn, leaves, in_spec, names, name) -> tuple[capture.Traced, Compiled]:
+    traced = capture.trace(fn, leaves, in_spec, names)
+    return traced, compile_graph(traced.gm, name, traced.input_names)
+
+
+def _mutated_slots(traced: capture.Traced, compiled: Compiled) -> list[int]:
+    """Argument slots of the inputs the compiled module writes into (graph.mutations)."""
+    inputs = compiled.graph.inputs
+    written = {dst for dst, _ in compiled.graph.mutations}
+    return [slot for slot, name in zip(traced.tensor_slots, inputs) if name in written]
+
+
 def _difference(old, new) -> str:
     """What changed between two signature keys, in words."""
-    old_spec, old_leaves, old_grad = old
-    new_spec, new_leaves, new_grad = new
+    old_spec, old_leaves, old_state, old_module = old
+    new_spec, new_leaves, new_state, new_module = new
     if old_spec != new_spec:
         return "argument structure changed"
-    if old_grad != new_grad:
-        return f"grad mode {'on' if new_grad else 'off'}"
+    if old_state != new_state:
+        return f"global state {guards.describe_state(old_state)} -> {guards.describe_state(new_state)}"
     fields = ("shape", "stride", "dtype", "device", "requires_grad")
     for i, (a, b) in enumerate(zip(old_leaves, new_leaves)):
         if a != b:
@@ -260,6 +337,8 @@ def _difference(old, new) -> str:
                 changed = [f"{f} {x} -> {y}" for f, x, y in zip(fields, a, b) if x != y]
                 return f"argument {i}: " + ", ".join(changed)
             return f"argument {i}: {a[-1]!r} -> {b[-1]!r}"
+    if old_module != new_module:
+        return "module state (a training flag, an attribute or a hook) changed"
     return "same signature"
 
 

@@ -3,19 +3,31 @@
 AOTAutograd traces the function and its gradient into an ATen forward graph
 and an ATen backward graph, split by the min-cut rematerialization partition:
 cheap pointwise values are recomputed in the backward instead of saved, so
-the forward saves little (RoPE saves only cos and sin). Each graph then goes
+the forward saves little (RoPE saves only cos and sin). Views are never saved
+(functorch's `recompute_views`): the backward takes them again from their
+base, so a slice of an input costs the forward nothing. Each graph then goes
 through the same pipeline (compiler.compile_graph), so the backward is fused
 too. Calls where no input needs a gradient never come here (api.py): the
 autograd machinery costs tens of microseconds a call.
+
+AOTAutograd compiles on the first call of a signature, which also runs it
+once: that is the one run of the user's call (api.py), never an extra one.
 """
 from __future__ import annotations
 
 import torch
+import torch._functorch.config as functorch_config
 from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
 from torch.utils import _pytree as pytree
 
-from minicomp import capture
+from minicomp import capture, guards
 from minicomp.compiler import Compiled, compile_graph
+
+
+def partition(joint, inputs, **kwargs):
+    """The min-cut partition, saving no views (they are recomputed from what is saved)."""
+    with functorch_config.patch(recompute_views=True):
+        return min_cut_rematerialization_partition(joint, inputs, **kwargs)
 
 
 class TrainingEntry:
@@ -25,7 +37,8 @@ class TrainingEntry:
         self.tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
         self.forward: Compiled | None = None
         self.backward: Compiled | None = None
-        self.out_spec = None
+        self.outputs: capture.Outputs | None = None
+        self.mutated: list[int] | None = None   # known after the first call
         constants = list(leaves)
 
         def flat_fn(*tensors):
@@ -33,8 +46,16 @@ class TrainingEntry:
             for slot, t in zip(self.tensor_slots, tensors):
                 values[slot] = t
             args, kwargs = pytree.tree_unflatten(values, in_spec)
-            out, self.out_spec = pytree.tree_flatten(fn(*args, **kwargs))
-            return out
+            out_leaves, spec = capture.flatten_outputs(fn(*args, **kwargs))
+            kinds, computed = [], []
+            for out in out_leaves:   # AOTAutograd handles tensors (and their aliasing); the rest are constants
+                if isinstance(out, torch.Tensor):
+                    computed.append(out)
+                    kinds.append(("tensor", len(computed) - 1))
+                else:
+                    kinds.append(("const", out))
+            self.outputs = capture.Outputs(spec, kinds)
+            return computed
 
         def compile_forward(gm, example_inputs):
             self.forward = compile_graph(gm, f"{name}_forward", input_names)
@@ -45,16 +66,35 @@ class TrainingEntry:
             return make_boxed_func(self.backward.call)
 
         self.function = aot_function(flat_fn, fw_compiler=compile_forward, bw_compiler=compile_backward,
-                                     partition_fn=min_cut_rematerialization_partition,
-                                     decompositions=capture.decompositions())
-        # trace and compile now, on these inputs: errors surface at compile time, not mid-training
-        self(fn, leaves, in_spec)
+                                     partition_fn=partition, decompositions=capture.decompositions())
 
     def __call__(self, fn, leaves, in_spec):
-        outputs = self.function(*[leaves[i] for i in self.tensor_slots])
-        return pytree.tree_unflatten(list(outputs), self.out_spec)
+        tensors = [leaves[i] for i in self.tensor_slots]
+        if self.mutated is None:   # the first call compiles, on inputs that share no memory
+            if _any_shared(tensors):
+                return _eager(fn, leaves, in_spec)
+            before = guards.versions(leaves, self.tensor_slots)
+            outputs = self.function(*tensors)
+            after = guards.versions(leaves, self.tensor_slots)
+            self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
+        elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
+            return _eager(fn, leaves, in_spec)
+        else:
+            outputs = self.function(*tensors)
+        return self.outputs.assemble(outputs, leaves)
 
     @property
     def source(self) -> str:
         parts = [c.source for c in (self.forward, self.backward) if c is not None]
         return "\n\n# ---- backward ----\n\n".join(parts)
+
+
+def _any_shared(tensors) -> bool:
+    storages = [t.untyped_storage().data_ptr() for t in tensors]
+    return len(set(storages)) < len(storages)
+
+
+def _eager(fn, leaves, in_spec):
+    args, kwargs = pytree.tree_unflatten(list(leaves), in_spec if not isinstance(in_spec, int) else
+                                         pytree.tree_flatten((tuple(range(in_spec)), {}))[1])
+    return fn(*args, **kwargs)

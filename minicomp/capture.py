@@ -17,6 +17,7 @@ import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
 
@@ -25,39 +26,169 @@ def decompositions() -> dict:
     return dict(core_aten_decompositions())
 
 
+class Outputs:
+    """How a call's result is put together from what the compiled graph returns.
+
+    `spec` is the output structure (a torch.Size stays one leaf); each leaf is one of
+        ("tensor", k)                       the graph's k-th output
+        ("const", value)                    a value that is not a tensor (the same for every call of
+                                            the signature: it depends on shapes, dtypes, scalars only)
+        ("input", slot)                     the argument at leaf `slot` itself (`return x.mul_(2)`)
+        ("view", slot, shape, stride, d)    a view of that argument, `d` elements past its offset
+        ("same", j)                         the very object of output leaf j (`return y, y`)
+    so a returned input is the caller's object, a returned view writes through to its base,
+    and strings, numbers, devices and sizes come back as they are: eager's aliasing and types.
+    """
+
+    def __init__(self, spec, kinds: list[tuple]):
+        self.spec, self.kinds = spec, kinds
+        self.simple = all(kind[0] == "tensor" and kind[1] == i for i, kind in enumerate(kinds))
+
+    def assemble(self, outputs, leaves):
+        """The function's result from the graph's `outputs` and the call's argument `leaves`."""
+        values = []
+        for kind in self.kinds:
+            tag = kind[0]
+            if tag == "tensor":
+                values.append(outputs[kind[1]])
+            elif tag == "const":
+                values.append(kind[1])
+            elif tag == "input":
+                values.append(leaves[kind[1]])
+            elif tag == "view":
+                base = leaves[kind[1]]
+                values.append(base.as_strided(kind[2], kind[3], base.storage_offset() + kind[4]))
+            else:
+                values.append(values[kind[1]])
+        return pytree.tree_unflatten(values, self.spec)
+
+    # -- the persistent index keeps them as JSON (persist.py) --------------------------
+    def dumps(self) -> dict | None:
+        """A JSON-able form, or None when a constant has none (such an entry is not stored)."""
+        kinds = []
+        for kind in self.kinds:
+            if kind[0] == "const":
+                encoded = _encode(kind[1])
+                if encoded is None:
+                    return None
+                kind = ("const", encoded)
+            kinds.append(list(kind))
+        return dict(spec=pytree.treespec_dumps(self.spec), kinds=kinds)
+
+    @staticmethod
+    def loads(record: dict) -> "Outputs":
+        kinds = []
+        for kind in record["kinds"]:
+            tag = kind[0]
+            if tag == "const":
+                kinds.append(("const", _decode(kind[1])))
+            elif tag == "view":
+                kinds.append(("view", int(kind[1]), tuple(kind[2]), tuple(kind[3]), int(kind[4])))
+            elif tag in ("tensor", "input", "same"):
+                kinds.append((tag, int(kind[1])))
+            else:
+                raise ValueError(f"unknown output kind {tag!r}")
+        return Outputs(pytree.treespec_loads(record["spec"]), kinds)
+
+
+def _encode(value):
+    """A constant output as JSON: [type, text]; None for values with no such form."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return [type(value).__name__, value]
+    if type(value) is float:
+        return ["float", value.hex()]
+    if isinstance(value, torch.Size):
+        return ["Size", list(value)]
+    if isinstance(value, torch.dtype):
+        return ["dtype", str(value).removeprefix("torch.")]
+    if isinstance(value, torch.device):
+        return ["device", str(value)]
+    return None
+
+
+def _decode(encoded):
+    tag, value = encoded
+    if tag in ("NoneType", "bool", "int", "str"):
+        return {"NoneType": lambda v: None, "bool": bool, "int": int, "str": str}[tag](value)
+    if tag == "float":
+        return float.fromhex(value)
+    if tag == "Size":
+        return torch.Size(int(v) for v in value)
+    if tag == "dtype":
+        dtype = getattr(torch, value)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{value!r} is not a dtype")
+        return dtype
+    if tag == "device":
+        return torch.device(value)
+    raise ValueError(f"unknown constant kind {tag!r}")
+
+
+def flatten_outputs(result) -> tuple[list, object]:
+    """Leaves and structure of a function's result; a torch.Size is one leaf (not a tuple of ints)."""
+    return pytree.tree_flatten(result, is_leaf=lambda v: isinstance(v, torch.Size))
+
+
 class Traced:
     """The graph of `fn` for one input signature, and how to map values in and out.
 
     leaves: the flattened arguments (tensors become graph inputs, everything
-    else is a constant of the trace); out_spec rebuilds the output structure.
+    else is a constant of the trace); `outputs` rebuilds the result.
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, input_names: list[str], tensor_slots: list[int], out_spec):
+    def __init__(self, gm: torch.fx.GraphModule, input_names: list[str], tensor_slots: list[int],
+                 outputs: Outputs):
         self.gm = gm
         self.input_names = input_names
         self.tensor_slots = tensor_slots
-        self.out_spec = out_spec
+        self.outputs = outputs
 
 
 def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
-    """Trace fn(*tree_unflatten(leaves, in_spec)) with the tensor leaves as inputs."""
+    """Trace fn(*tree_unflatten(leaves, in_spec)) with the tensor leaves as inputs.
+
+    Only the tensors the function computes become graph outputs; what an output
+    is besides (an argument, a view of one, a constant) is recorded in Outputs."""
     tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-    out_spec = None
+    outputs = None
 
     def flat_fn(*tensors):
-        nonlocal out_spec
+        nonlocal outputs
         values = list(leaves)
         for slot, t in zip(tensor_slots, tensors):
             values[slot] = t
         args, kwargs = pytree.tree_unflatten(values, in_spec)
-        out_leaves, out_spec = pytree.tree_flatten(fn(*args, **kwargs))
-        return out_leaves
+        out_leaves, spec = flatten_outputs(fn(*args, **kwargs))
+        kinds, computed = [], []
+        storages = [StorageWeakRef(t.untyped_storage()) for t in tensors]
+        for i, out in enumerate(out_leaves):
+            kinds.append(_output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed))
+        outputs = Outputs(spec, kinds)
+        return computed
 
     tensors = [leaves[i] for i in tensor_slots]
     with torch.no_grad():
         gm = make_fx(functionalize(flat_fn, remove="mutations"), decomposition_table=decompositions(),
                      tracing_mode="fake", _allow_non_fake_inputs=True)(*[t.detach() for t in tensors])
-    return Traced(gm, [leaf_names[i] for i in tensor_slots], tensor_slots, out_spec)
+    return Traced(gm, [leaf_names[i] for i in tensor_slots], tensor_slots, outputs)
+
+
+def _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> tuple:
+    if not isinstance(out, torch.Tensor):
+        return ("const", out)
+    for j in range(i):
+        if out_leaves[j] is out:
+            return ("same", j)
+    for k, t in enumerate(tensors):
+        if out is t:
+            return ("input", tensor_slots[k])
+    storage = StorageWeakRef(out.untyped_storage())
+    for k, t in enumerate(tensors):
+        if storage == storages[k]:
+            return ("view", tensor_slots[k], tuple(out.shape), tuple(out.stride()),
+                    out.storage_offset() - t.storage_offset())
+    computed.append(out)
+    return ("tensor", len(computed) - 1)
 
 
 def leaf_names(in_spec, params: list[str]) -> list[str]:

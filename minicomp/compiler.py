@@ -33,7 +33,7 @@ def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[
     plan = fusion.plan(graph)                    # kernels, extern calls, their order, refusals
     logs.fusion.info("%s: plan\n%s", name, plan)
     source = codegen.render_module(plan, name)   # Triton kernels + Python wrapper, as text
-    logs.output_code.info("%s: module %s\n%s", name, runtime.module_path(source, name), source)
+    logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
     interpret = _runs_on_cpu(graph)
     module = runtime.load(source, name, interpret)
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call

@@ -13,13 +13,12 @@ Dynamo captured it, with a warning (MINICOMP_FALLBACK=raise makes it an error).
 from __future__ import annotations
 
 import itertools
-import os
 import warnings
 
 import torch
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 
-from minicomp import capture
+from minicomp import capture, config
 from minicomp.compiler import compile_graph
 
 _graph_ids = itertools.count()
@@ -31,9 +30,10 @@ def _compiler(role: str):
         try:
             return make_boxed_func(compile_graph(gm, name).call)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
-            if os.environ.get("MINICOMP_FALLBACK", "warn") == "raise":
+            policy = config.fallback()
+            if policy == "raise":
                 raise
-            if os.environ.get("MINICOMP_FALLBACK", "warn") == "warn":
+            if policy == "warn":
                 warnings.warn(f"minicomp could not compile {name} ({type(err).__name__}: {err}); "
                               "running it as captured", stacklevel=2)
             return make_boxed_func(gm.forward)

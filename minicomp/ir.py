@@ -179,7 +179,7 @@ def _input_names(gm: torch.fx.GraphModule, wanted: list[str] | None) -> dict[str
     taken = {n.name for n in gm.graph.nodes} | RESERVED
     rename = {}
     for fx_name, want in zip(placeholders, wanted or []):
-        want = re.sub(r"\W", "_", want)
+        want = re.sub(r"[^A-Za-z0-9_]", "_", want)   # generated identifiers stay ASCII
         if want and want.isidentifier() and want not in taken:
             rename[fx_name] = want
             taken.add(want)

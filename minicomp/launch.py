@@ -19,7 +19,7 @@ pointer, is checked per call (a misaligned view goes through Triton's JIT).
 Launch configuration, measured on an H200 (benchmarks/experiments/):
   * kernels under 16M elements: 1024 elements per program and 4 warps (8
     elements, two 16-byte float32 vectors, per thread); tiny ones one program.
-  * larger kernels: the best of CANDIDATES, timed on the first call's real
+  * larger kernels: the best of config "launch_candidates", timed on the first call's real
     arguments and remembered on disk (`<cache>/tuning/`), so a second process
     reuses the choice. The spread is real: RoPE in bf16 ran 1.09x the memory
     floor at 1024/4 and 1.03x at 512/4, while bias+ReLU in bf16 went the
@@ -39,13 +39,12 @@ import types
 
 import torch
 
-from minicomp import logs, runtime
+from minicomp import cache, config, logs
 
-CANDIDATES = [(512, 4), (1024, 4), (2048, 4)]
 # Triton's interpreter patches triton.language module-wide while a kernel runs: two threads
 # interpreting at once undo each other's patches ("Did you forget to add @triton.jit ?").
 _INTERPRETER_LOCK = threading.Lock()
-TUNE_MIN_NUMEL = 1 << 24   # below this a kernel takes a few microseconds: the heuristic is as good
+WARPS = (1, 2, 4, 8, 16, 32)
 
 
 def next_power_of_2(n: int) -> int:
@@ -123,14 +122,14 @@ class Launch:
         block, warps = self.config
         kinds = [str(a.dtype) if isinstance(a, torch.Tensor) else _int_class(a) if isinstance(a, int)
                  else type(a).__name__ for a in args]
-        return runtime.cache_dir() / "kernels" / f"{self.name}_{self._key(f'{block}x{warps}', kinds)}.json"
+        return cache.file("kernels", f"{self.name}_{self._key(f'{block}x{warps}', kinds)}.json")
 
     def _remember(self, compiled, args, aligned) -> None:
         try:
             record = dict(hash=compiled.hash, metadata_group=compiled.metadata_group, aligned=sorted(aligned),
                           signature=dict(compiled.src.signature),
                           constants=[[list(k), v] for k, v in compiled.src.constants.items()])
-            runtime.write_atomic(self._record_path(args), json.dumps(record))
+            cache.write_atomic(self._record_path(args), json.dumps(record))
         except (AttributeError, TypeError, ValueError, OSError) as err:  # not restorable: the JIT path stays
             logs.cache.info("%s: compiled kernel not remembered (%s)", self.name, err)
 
@@ -138,17 +137,19 @@ class Launch:
         """The compiled kernel of an earlier process, or None (then Triton's JIT compiles or loads it)."""
         try:
             path = self._record_path(args)
-            record = json.loads(path.read_text())
+            text = cache.read_text(path)
+            if text is None:
+                return None
+            record = json.loads(text)
             if not set(record["aligned"]) <= aligned:  # compiled for 16-byte aligned pointers these are not
                 return None
             from triton.compiler.compiler import CompiledKernel
 
+            _inside_triton_cache(record["metadata_group"])
             src = types.SimpleNamespace(fn=self.kernel, signature=record["signature"],
                                         constants={tuple(k): v for k, v in record["constants"]})
             compiled = CompiledKernel(src, record["metadata_group"], record["hash"])
             compiled._init_handles()
-        except FileNotFoundError:
-            return None
         except Exception as err:  # noqa: BLE001 - a stale or damaged record: compile through the JIT
             logs.cache.info("%s: remembered kernel not usable (%s: %s)", self.name, type(err).__name__, err)
             return None
@@ -158,23 +159,24 @@ class Launch:
     # -- configuration --------------------------------------------------------
     def choose(self, args) -> tuple[int, int]:
         elements = self.numel * self.parts
-        if elements < TUNE_MIN_NUMEL:
+        if elements < config.get("tune_min_numel"):
             block, warps = heuristic(elements, self.device)
             return self._per_part(block), warps
-        path = runtime.cache_dir() / "tuning" / f"{self.name}_{self._key(self.numel)}.json"
+        path = cache.file("tuning", f"{self.name}_{self._key(self.numel)}.json")
         try:
-            block, warps = json.loads(path.read_text())["config"]
+            block, warps = _valid_config(json.loads(cache.read_text(path) or "null")["config"])
             logs.cache.info("tuned launch config for %s from %s: %s x %s warps", self.name, path, block, warps)
             return block, warps
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # absent or unreadable: measure again
-        times = {config: self._time(config, args) for config in
-                 [(self._per_part(block), warps) for block, warps in CANDIDATES]}
+        except (ValueError, KeyError, TypeError) as err:
+            if path.exists():
+                logs.cache.warning("tuning record %s is not usable (%s); measuring again", path.name, err)
+        times = {candidate: self._time(candidate, args) for candidate in
+                 [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]}
         best = min(times, key=times.get)
         logs.fusion.info("%s: launch configs %s -> %s", self.name,
                          {f"{b}x{w}": f"{ms:.3f} ms" for (b, w), ms in times.items()}, best)
-        runtime.write_atomic(path, json.dumps({"config": list(best), "ms": {f"{b}x{w}": ms for (b, w), ms in
-                                                                            times.items()}}))
+        cache.write_atomic(path, json.dumps({"config": list(best), "ms": {f"{b}x{w}": ms for (b, w), ms in
+                                                                          times.items()}}))
         return best
 
     def _per_part(self, block: int) -> int:
@@ -198,6 +200,28 @@ class Launch:
         text = "\n".join([self.kernel.src, torch.cuda.get_device_name(self.device), triton.__version__]
                          + [repr(p) for p in parts])
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _valid_config(value) -> tuple[int, int]:
+    """(BLOCK_SIZE, num_warps) read from a tuning record, checked: a power of two from 16 to 65536
+    elements and a warp count Triton accepts; anything else raises ValueError."""
+    block, warps = value
+    if type(block) is not int or type(warps) is not int or not 16 <= block <= 1 << 16 or block & (block - 1) \
+            or warps not in WARPS:
+        raise ValueError(f"launch config {value!r} is not a power-of-two block and a warp count")
+    return block, warps
+
+
+def _inside_triton_cache(group: dict) -> None:
+    """A kernel record points at files in Triton's cache, never anywhere else."""
+    from pathlib import Path
+
+    from triton import knobs
+
+    root = Path(knobs.cache.dir).resolve()
+    for path in group.values():
+        if not Path(path).resolve().is_relative_to(root):
+            raise ValueError(f"{path} lies outside Triton's cache {root}")
 
 
 def _int_class(value: int) -> str:

@@ -4,20 +4,99 @@ The module's parameters and buffers are passed to the compiled function as
 inputs (torch.func.functional_call), never baked in as constants: an optimizer
 step is seen by the next call, and gradients reach the parameters through the
 compiled backward.
+
+Everything else the forward reads from the module is guarded (`ModuleContext`):
+each call's key holds every submodule's training flag and plain attributes
+(numbers, strings, flags, tuples of them; a tensor attribute by identity; an
+object attribute such as a config by its own plain attributes) and the forward
+hooks, so `.eval()`, `self.p = 0.1` or a new hook compile anew. Across
+processes a module is identified by its classes' code (fingerprint.of_module)
+plus that same state. A forward that changes its own attributes (`self.k += 1`)
+runs eagerly: compiled code would not repeat the change.
 """
 from __future__ import annotations
 
 import torch
 from torch.func import functional_call
 
+from minicomp import fingerprint, guards
 from minicomp.api import JitFunction
+
+# nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
+_INTERNAL = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_state_dict_hooks",
+             "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+             "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_compiled_call_impl"}
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
+          "_forward_hooks_always_called")
+
+
+class ModuleContext:
+    """The module state a compiled forward depends on (guards.FunctionContext's counterpart)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+
+    def state(self) -> tuple:
+        """Checked on every call: the training flags and plain attributes of every submodule."""
+        return tuple(_module_key(m) for m in self.module.modules())
+
+    def fingerprint(self) -> str | None:
+        return fingerprint.of_module(self.module)
+
+    def snapshot(self):
+        return [(m, dict(vars(m))) for m in self.module.modules()], self.state()
+
+    def changed(self, before) -> str | None:
+        modules, state = before
+        if self.state() == state:
+            return None
+        for m, attrs in modules:
+            now = vars(m)
+            for name in set(attrs) | set(now):
+                if name not in _INTERNAL and attrs.get(name, attrs) is not now.get(name, attrs):
+                    return f"the attribute {name!r} of its {type(m).__name__}"
+        return "the state of its submodules"
+
+    def restore(self, before) -> None:
+        for m, attrs in before[0]:
+            vars(m).clear()
+            vars(m).update(attrs)
+
+
+def _module_key(m: torch.nn.Module) -> tuple:
+    parts = [type(m)]
+    for name, value in vars(m).items():
+        if name in _INTERNAL:
+            continue
+        if name in _HOOKS:
+            if value:
+                parts.append((name, tuple(guards.ByIdentity(hook) for hook in value.values())))
+            continue
+        parts.append((name, _attr_key(value)))
+    return tuple(parts)
+
+
+def _object(value) -> bool:
+    """An instance of a user class with attributes of its own (a config object)."""
+    return hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)) and \
+        not callable(value) and type(value).__module__ != "builtins"
+
+
+def _attr_key(value, depth: int = 0):
+    """A module attribute: a plain value by value, a config-like object by its attributes (two
+    levels down), anything else by identity (it is the same object, or the key changes)."""
+    if _object(value) and depth < 2:
+        return (type(value), tuple((k, _attr_key(v, depth + 1)) for k, v in vars(value).items()))
+    key = guards.value_key(value)
+    return (type(value), guards.ByIdentity(value)) if guards.contains(key, guards.Unguardable) else key
 
 
 class JitModule(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, fallback: str | None = None):
         super().__init__()
         self.module = module
-        self.compiled = JitFunction(self._forward, fallback, name=type(module).__name__)
+        self.compiled = JitFunction(self._forward, fallback, name=type(module).__name__,
+                                    context=ModuleContext(module))
 
     def _forward(self, state, *args, **kwargs):
         return functional_call(self.module, state, args, kwargs)

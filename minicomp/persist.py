@@ -3,24 +3,28 @@
 Generated modules are files named after the hash of their text (runtime.py).
 This index lets a second process go from a call's signature straight to the
 module, without tracing: `<cache>/entries/<key>.json` holds the module's file
-name and text hash, which arguments are tensors, and the output structure.
+name and text hash, which arguments are tensors, which inputs the module
+mutates, and how the outputs are put together (capture.Outputs).
 
-Every read is checked: an entry that is unreadable, names a missing module,
-or whose module text no longer matches its hash (truncated, edited,
-half-written by a crashed process) is a miss; the caller compiles again and
-overwrites it. Writes are atomic (write then rename).
+Every read is checked: an entry that is unreadable, names anything but a plain
+module file of the cache, or whose module text no longer matches its hash
+(truncated, edited, half-written by a crashed process) is a miss; the caller
+compiles again and overwrites it. Writes are atomic (write then rename). The
+directory itself is checked once per process (cache.py): one that others may
+write is never used, so an entry cannot be planted.
 
 Not persisted: signatures that need gradients (AOTAutograd builds them per
-process) and graphs that hold tensor constants (a closed-over tensor).
+process), graphs that hold tensor constants (a closed-over tensor), functions
+whose fingerprint is incomplete (fingerprint.py), and signatures keyed by an
+object's identity (api.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 
-from torch.utils import _pytree as pytree
-
-from minicomp import logs, runtime
+from minicomp import cache, logs, runtime
+from minicomp.capture import Outputs
 
 
 def key(fingerprint: str, signature) -> str:
@@ -28,30 +32,37 @@ def key(fingerprint: str, signature) -> str:
 
 
 def _path(entry_key: str):
-    return runtime.cache_dir() / "entries" / f"{entry_key}.json"
+    return cache.file("entries", f"{entry_key}.json")
 
 
-def store(entry_key: str, source: str, name: str, interpret: bool, tensor_slots, out_spec) -> None:
-    record = dict(function=name, module=runtime.module_path(source, name).name, sha=runtime.source_hash(source),
-                  interpret=interpret, tensor_slots=list(tensor_slots), out_spec=pytree.treespec_dumps(out_spec))
-    runtime.write_atomic(_path(entry_key), json.dumps(record))
+def store(entry_key: str, source: str, name: str, interpret: bool, tensor_slots, mutated, outputs: Outputs
+          ) -> None:
+    encoded = outputs.dumps()
+    if encoded is None:
+        logs.cache.info("%s: returns values that cannot be stored: not cached across processes", name)
+        return
+    record = dict(function=name, module=runtime.module_name(source, name), sha=runtime.source_hash(source),
+                  interpret=interpret, tensor_slots=list(tensor_slots), mutated=list(mutated), outputs=encoded)
+    cache.write_atomic(_path(entry_key), json.dumps(record))
 
 
 def load(entry_key: str):
-    """(module, tensor_slots, out_spec) of a stored entry, or None if absent or damaged."""
-    path = _path(entry_key)
+    """(module, tensor_slots, mutated slots, Outputs) of a stored entry, or None if absent or damaged."""
     try:
-        record = json.loads(path.read_text())
-        source = (runtime.cache_dir() / "modules" / record["module"]).read_text()
-        if runtime.source_hash(source) != record["sha"]:
-            raise ValueError("module text does not match its hash")
-        out_spec = pytree.treespec_loads(record["out_spec"])
-        module = runtime.load(source, record["function"], record["interpret"])
-    except FileNotFoundError:
-        logs.cache.info("entry %s: miss", entry_key)
-        return None
+        path = _path(entry_key)
+        text = cache.read_text(path)
+        if text is None:
+            logs.cache.info("entry %s: miss", entry_key)
+            return None
+        record = json.loads(text)
+        source = cache.read_text(cache.file("modules", record["module"]))
+        if source is None or runtime.source_hash(source) != record["sha"]:
+            raise ValueError("module text is missing or does not match its hash")
+        outputs = Outputs.loads(record["outputs"])
+        slots, mutated = [int(i) for i in record["tensor_slots"]], [int(i) for i in record["mutated"]]
+        module = runtime.load(source, str(record["function"]), bool(record["interpret"]))
     except Exception as err:  # noqa: BLE001 - a damaged entry is a miss, never a crash
         logs.cache.warning("entry %s is damaged (%s: %s); compiling again", entry_key, type(err).__name__, err)
         return None
     logs.cache.info("entry %s: hit, module %s", entry_key, record["module"])
-    return module, record["tensor_slots"], out_spec
+    return module, slots, mutated, outputs

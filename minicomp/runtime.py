@@ -1,9 +1,12 @@
-"""Where generated modules live and how they are loaded.
+"""Loading generated modules: from text minicomp verified, never from whatever is on disk.
 
-Triton reads a kernel's source from its file, so every module is written to a
-file named after the hash of its text, in the cache directory, and imported
-from there (never exec'd from a string). The same text always lands in the
-same file: a second process finds it there and skips code generation.
+Triton reads a kernel's source through `inspect` (linecache), so every module
+is also written to a file named after the hash of its text in the cache
+(`<cache>/modules`, cache.py) and its line cache is filled with that same
+verified text. The module itself is compiled from the text in memory: no
+`.pyc` is written or read, and a file changed on disk after the check is
+never what runs. The same text always lands in the same file: a second
+process finds it there (persist.py) and skips code generation.
 
 Modules for CPU tensors are imported with Triton's interpreter switched on,
 with numpy stand-ins for libdevice (interpreter_math.py).
@@ -12,30 +15,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
-import os
+import linecache
 import re
 import sys
-import tempfile
 import threading
+import types
 from pathlib import Path
-from types import ModuleType
 
 from triton import knobs
 
-from minicomp import logs
+from minicomp import cache, logs
 
-_loaded: dict[tuple[str, bool], ModuleType] = {}
+_loaded: dict[tuple[str, bool], types.ModuleType] = {}
 _lock = threading.Lock()
-
-
-def cache_dir() -> Path:
-    """MINICOMP_CACHE_DIR, else $XDG_CACHE_HOME/minicomp, else ~/.cache/minicomp."""
-    explicit = os.environ.get("MINICOMP_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "minicomp"
 
 
 def source_hash(source: str) -> str:
@@ -54,48 +46,50 @@ def compiler_hash() -> str:
     return digest.hexdigest()[:20]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write then rename: a reader sees the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def module_name(source: str, name: str) -> str:
+    """`<function>_<text hash>.py`: only [A-Za-z0-9_] from the function's name."""
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", name)[:40] or "fn"
+    return f"{stem}_{source_hash(source)}.py"
 
 
 def module_path(source: str, name: str) -> Path:
-    stem = re.sub(r"\W", "_", name)[:40]
-    return cache_dir() / "modules" / f"{stem}_{source_hash(source)}.py"
+    return cache.file("modules", module_name(source, name))
 
 
-def load(source: str, name: str, interpret: bool) -> ModuleType:
-    """Import the module whose text is `source` (written to the cache if needed)."""
+def load(source: str, name: str, interpret: bool) -> types.ModuleType:
+    """The module whose text is `source` (written to the cache if the file is absent or differs)."""
     key = (source_hash(source), interpret)
     with _lock:
         if key in _loaded:
             return _loaded[key]
         path = module_path(source, name)
-        if not path.exists():
+        on_disk = cache.read_text(path)
+        if on_disk is None:
             logs.cache.info("module %s: written", path.name)
-            write_atomic(path, source)
-        elif path.read_text() != source:
+            cache.write_atomic(path, source)
+        elif on_disk != source:
             logs.cache.warning("module %s is damaged (text differs from its hash); rewritten", path.name)
-            write_atomic(path, source)
+            cache.write_atomic(path, source)
         else:
             logs.cache.info("module %s: reused", path.name)
-        _debug_copy(source, name)
-        module = _import(path, interpret)
+        cache.debug_copy(path.name, source)
+        module = _import(source, path, interpret)
         _loaded[key] = module
         return module
 
 
-def _import(path: Path, interpret: bool) -> ModuleType:
+def _import(source: str, path: Path, interpret: bool) -> types.ModuleType:
     mod_name = f"minicomp_generated.{path.stem}{'_interp' if interpret else ''}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    module = importlib.util.module_from_spec(spec)
+    filename = str(path)
+    # inspect (hence Triton) reads kernel sources through linecache: give it the verified text;
+    # an entry without a modification time is never re-read from disk (linecache.checkcache).
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    module = types.ModuleType(mod_name)
+    module.__file__ = filename
+    code = compile(source, filename, "exec")
     with knobs.runtime.scope():
         knobs.runtime.interpret = interpret
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)  # noqa: S102 - minicomp's own generated text, verified above
     if interpret:
         from minicomp.interpreter_math import libdevice
 
@@ -104,44 +98,7 @@ def _import(path: Path, interpret: bool) -> ModuleType:
     return module
 
 
-def _debug_copy(source: str, name: str) -> None:
-    """MINICOMP_DEBUG_DIR=dir: also keep each module as dir/<function>_<hash>.py."""
-    debug = os.environ.get("MINICOMP_DEBUG_DIR")
-    if debug:
-        target = Path(debug) / module_path(source, name).name
-        if not target.exists():
-            write_atomic(target, source)
-
-
-# -- `minicomp cache info | clear` ------------------------------------------------
-
-CACHE_PARTS = {
-    "modules": "generated modules (Triton kernels + wrapper), named <function>_<text hash>.py",
-    "entries": "persistent index: (function fingerprint, signature) -> module",
-    "tuning": "measured launch configurations of large GPU kernels",
-}
-
-
-def cache_info() -> str:
-    lines = [f"minicomp cache: {cache_dir()}"]
-    for part, what in CACHE_PARTS.items():
-        files = [p for p in (cache_dir() / part).glob("*") if p.is_file()]
-        size = sum(p.stat().st_size for p in files)
-        lines.append(f"  {part:8} {len(files):6} files {size / 1024:10.1f} KiB   {what}")
-    lines.append(f"Triton's compiled kernels: {knobs.cache.dir} (TRITON_CACHE_DIR)")
-    return "\n".join(lines)
-
-
-def clear_cache() -> int:
-    """Delete minicomp's cached files (not Triton's); returns how many were removed."""
-    import shutil
-
-    removed = 0
-    for part in CACHE_PARTS:
-        folder = cache_dir() / part
-        if folder.is_dir():
-            removed += sum(1 for p in folder.rglob("*") if p.is_file())
-            shutil.rmtree(folder)
+def forget_loaded() -> None:
+    """Drop the modules this process loaded (after `minicomp cache clear`)."""
     with _lock:
         _loaded.clear()
-    return removed

@@ -12,7 +12,7 @@ aid: minicomp never emits it). Each as a multiple of the memory floor, at the
 launch configuration minicomp tuned for the generated kernel.
 
 This studies the masked form of the kernel, from before codegen/split.py:
-splitting is switched off here (split.MAX_PARTS = 1) so that it still does.
+splitting is switched off here (config.override(max_parts=1)) so that it still does.
 rope_split.py compares the masked and the split kernels.
 """
 import importlib.util
@@ -31,7 +31,7 @@ import triton.testing
 import minicomp
 from minicomp.bench import measure
 from minicomp.bench.workloads import WORKLOADS, rope
-from minicomp.codegen import split
+from minicomp import config
 
 
 @triton.jit
@@ -90,7 +90,11 @@ def eviction_hints(source: str) -> str:
 
 
 def main(path):
-    split.MAX_PARTS = 1   # the masked kernel this experiment is about
+    with config.override(max_parts=1):   # the masked kernel this experiment is about
+        measure_variants(path)
+
+
+def measure_variants(path):
     bandwidth = measure.copy_bandwidth("cuda")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []

@@ -4,7 +4,7 @@
 
 q, k of [8, 32, 2048, 128], float32 and bfloat16, forward and backward
 kernels, each as a multiple of the memory floor at several launch configs:
-  * `masked`: the kernel as written without splitting (split.MAX_PARTS = 1):
+  * `masked`: the kernel as written without splitting (config max_parts = 1):
     rotate_half as two half-masked loads and a select;
   * `split`: the head dim walked as two parts of 64, as minicomp generates it;
   * `split, int widen` (bf16): each bf16 load widened as `bits << 16`
@@ -28,7 +28,8 @@ import triton.testing
 import minicomp
 from minicomp.bench import measure
 from minicomp.bench.workloads import WORKLOADS, rope
-from minicomp.codegen import families, split
+from minicomp import config
+from minicomp.codegen import families
 
 sys.path.insert(0, "benchmarks/experiments")
 from rope_backward_variants import variant  # noqa: E402
@@ -51,21 +52,18 @@ def stream(a_ptr, b_ptr, c_ptr, d_ptr, out0_ptr, out1_ptr, n_elements, BLOCK_SIZ
 
 
 def rope_entry(inputs, max_parts):
-    """minicomp's compiled RoPE (forward and backward modules) written with split.MAX_PARTS = max_parts."""
-    saved, split.MAX_PARTS = split.MAX_PARTS, max_parts
+    """minicomp's compiled RoPE (forward and backward modules) written with config max_parts = max_parts."""
     os.environ["MINICOMP_CACHE_DIR"] = tempfile.mkdtemp()   # nothing served from an earlier write
-    try:
+    with config.override(max_parts=max_parts):
         families.forget()
         fn = minicomp.jit(rope)
         entry = fn.entry(*inputs)
         torch.autograd.backward(fn(*inputs), [torch.ones_like(inputs[0])] * 2)
         return entry
-    finally:
-        split.MAX_PARTS = saved
 
 
 def kernels_of(sets, max_parts):
-    """(forward launch, backward launch) as minicomp writes them with split.MAX_PARTS = max_parts."""
+    """(forward launch, backward launch) as minicomp writes them with config max_parts = max_parts."""
     entry = rope_entry(sets[0], max_parts)
     return tuple(sys.modules[getattr(entry, part).call.__module__].launch_0 for part in ("forward", "backward"))
 
@@ -81,7 +79,7 @@ def main(path):
             bw_sets = [[s[2], s[3], torch.randn_like(s[0]), torch.randn_like(s[1])] for s in fw_sets]
         nbytes = 2 * measure.tensor_bytes(fw_sets[0][:2]) + measure.tensor_bytes(fw_sets[0][2:])
         floor = nbytes / bandwidth * 1e3
-        masked, halves = kernels_of(sets, 1), kernels_of(sets, split.MAX_PARTS)
+        masked, halves = kernels_of(sets, 1), kernels_of(sets, config.DEFAULTS["max_parts"])
         arrange = {"forward": lambda q, k, cos, sin: (q, cos, sin, k),
                    "backward": lambda cos, sin, g1, g2: (g2, sin, cos, g1)}
         for i, (part, part_sets) in enumerate((("forward", fw_sets), ("backward", bw_sets))):

@@ -23,7 +23,7 @@ from triton.compiler import ASTSource
 
 from minicomp import runtime
 from minicomp.bench.workloads import WORKLOADS
-from minicomp.codegen import split
+from minicomp import config
 
 sys.path.insert(0, "benchmarks/experiments")
 from rope_split import rope_entry  # noqa: E402
@@ -58,7 +58,7 @@ def kernels(dtype, max_parts):
 def main():
     threads = WARPS * 32
     for dtype in (torch.float32, torch.bfloat16):
-        for label, max_parts in (("masked", 1), ("split", split.MAX_PARTS)):
+        for label, max_parts in (("masked", 1), ("split", config.DEFAULTS["max_parts"])):
             for part, launch in kernels(dtype, max_parts).items():
                 lines = sass(launch, dtype)
                 per_thread = BLOCK * launch.parts // threads

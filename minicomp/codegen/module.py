@@ -9,6 +9,7 @@ through a `Launch` (launch.py) that picks its configuration on the first call.
 from __future__ import annotations
 
 import operator
+import re
 from pathlib import Path
 
 import jinja2
@@ -56,16 +57,26 @@ def render_module(plan: Plan, function: str = "fn") -> str:
     outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
     wrapper.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
     return ENV.get_template("module.py.j2").render(
-        function=function,
+        function=safe_name(function),
         device=device,
-        inputs=[f"{n}: {graph[n].meta} stride {graph[n].meta.stride}" if isinstance(graph[n].meta, TensorMeta)
-                else f"{n}: {graph[n].meta}" for n in graph.inputs],
-        graph=str(graph).splitlines(),
-        plan=str(plan).splitlines(),
+        inputs=[_doc(f"{n}: {graph[n].meta} stride {graph[n].meta.stride}" if isinstance(graph[n].meta, TensorMeta)
+                     else f"{n}: {graph[n].meta}") for n in graph.inputs],
+        graph=[_doc(line) for line in str(graph).splitlines()],
+        plan=[_doc(line) for line in str(plan).splitlines()],
         kernels=kernels,
         args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),
         wrapper=wrapper,
     )
+
+
+def safe_name(text: str) -> str:
+    """A user's name (a function's __name__) as it may appear in generated text: [A-Za-z0-9_]."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)[:80] or "fn"
+
+
+def _doc(line: str) -> str:
+    """A line for the module's docstring: no backslash escapes, no closing quotes."""
+    return line.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
 def _device(plan: Plan) -> torch.device:
@@ -83,13 +94,19 @@ def _extern_line(node) -> str:
     if isinstance(target, torch._ops.OpOverload):
         call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
     else:
-        call = f"{target.__module__}.{target.__qualname__}"
+        call = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
+    if not DOTTED.fullmatch(call):
+        raise NotImplementedError(f"cannot call {call!r} from generated code")
     args = [render_arg(a) for a in node.args] + [f"{k}={render_arg(v)}" for k, v in node.kwargs.items()]
     return f"{node.name} = {call}({', '.join(args)})"
 
 
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+SIMPLE = (type(None), bool, int, float, complex, str)
+
+
 def render_arg(value) -> str:
-    """An FX argument as Python source inside the wrapper."""
+    """An FX argument as Python source inside the wrapper (only values with a literal form)."""
     if isinstance(value, Ref):
         return value.name
     if isinstance(value, (list, tuple)):
@@ -101,4 +118,6 @@ def render_arg(value) -> str:
         return f"torch.device({str(value)!r})"
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return f'float("{value}")'
+    if type(value) not in SIMPLE:
+        raise NotImplementedError(f"an argument of type {type(value).__name__} has no literal form")
     return repr(value)

@@ -17,7 +17,7 @@ other part needs. Every element is loaded once, and no lane selects.
 The writer first runs without a split, recording each comparison of a single
 iteration variable with a constant as a boundary of that variable's range
 (`boundaries`); `choose` then takes the innermost variable whose boundaries
-cut its range into at most MAX_PARTS equal parts, and the writer runs again
+cut its range into at most `config.get("max_parts")` equal parts, and the writer runs again
 with that split. Parts are written one after another in the same program, so
 each program handles P * BLOCK_SIZE elements.
 """
@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from minicomp import config
 from minicomp.indexing import IterationSpace
 
-MAX_PARTS = 4      # the kernel body is written once per part
 MIN_RUN = 16       # elements of a part along the innermost dim: enough for full-width vector loads
 
 
@@ -43,7 +43,9 @@ class Split:
 
 
 def choose(space: IterationSpace, boundaries: dict[int, set[int]]) -> Split | None:
-    """The innermost dim whose recorded boundaries cut it into 2..MAX_PARTS equal parts."""
+    """The innermost dim whose recorded boundaries cut it into 2..max_parts equal parts
+    (config.py: the kernel body is written once per part)."""
+    max_parts = config.get("max_parts")
     live = [d for d, s in enumerate(space.shape) if s > 1]
     for dim in sorted(boundaries, reverse=True):
         size = space.shape[dim]
@@ -51,7 +53,7 @@ def choose(space: IterationSpace, boundaries: dict[int, set[int]]) -> Split | No
         if not cuts:
             continue
         part = math.gcd(size, *cuts)
-        if size // part > MAX_PARTS or (dim == live[-1] and part < MIN_RUN):
+        if size // part > max_parts or (dim == live[-1] and part < MIN_RUN):
             continue
         return Split(dim, size // part, part)
     return None

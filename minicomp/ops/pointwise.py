@@ -28,14 +28,13 @@ UNARY_FLOAT = {
 }
 # functions of one operand that keep its dtype (identity on integers where noted).
 UNARY_SAME = {
-    "neg": "-{}", "abs": "tl.abs({})", "relu": "tl.where({0} < 0, 0, {0})",
+    "abs": "tl.abs({})", "relu": "tl.where({0} < 0, 0, {0})",
     "floor": "tl.floor({})", "ceil": "tl.ceil({})", "trunc": "libdevice.trunc({})",
 "frac": "{0} - libdevice.trunc({0})",
 }
 ROUNDING = {"floor", "ceil", "trunc"}  # identity on integer tensors
 BINARY = {"mul": "{} * {}", "atan2": "libdevice.atan2({}, {})", "hypot": "libdevice.hypot({}, {})",
-          "bitwise_and": "{} & {}", "bitwise_or": "{} | {}", "bitwise_xor": "{} ^ {}",
-          "fmax": "tl.maximum({}, {})", "fmin": "tl.minimum({}, {})"}
+          "bitwise_and": "{} & {}", "bitwise_or": "{} | {}", "bitwise_xor": "{} ^ {}"}
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
 
@@ -89,8 +88,26 @@ for _name, _s in LOGICAL.items():
 
 # -- pointwise: rules with a little logic ----------------------------------------
 
+@pointwise("neg")
+def neg(op: Op) -> str:
+    """Triton's unary minus is `0 - x`, which makes -(+0.0) +0.0: floats multiply by -1 instead."""
+    x = op.operand("self")
+    return f"{x} * -1.0" if op.compute.is_floating_point else f"-{x}"
+
+
+@pointwise("fmax", "fmin")
+def fmax(op: Op) -> str:
+    """The larger (smaller) operand, NaN only where both are NaN: spelled out, because
+    `tl.maximum` without propagate_nan leaves NaN to the backend (numpy propagates it)."""
+    a, b = op.temp(op.operand("self")), op.temp(op.operand("other"))
+    fn = "tl.maximum" if op.node.op_name == "fmax" else "tl.minimum"
+    if not op.compute.is_floating_point:
+        return f"{fn}({a}, {b})"
+    return f"tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, {fn}({a}, {b})))"
+
+
 def _scaled(op: Op, name: str) -> str:
-    alpha = op.param("alpha")
+    alpha = op.scalar("alpha") if op.args.get("alpha") is not None else None
     x = op.operand(name)
     return x if alpha in (None, 1) else f"{x} * {literal(alpha, op.compute)}"
 
@@ -254,9 +271,8 @@ def copy(op: Op) -> str:
 
 @pointwise("full", "full_like", "scalar_tensor", "fill")
 def full(op: Op) -> str:
-    value = op.param("fill_value") if "fill_value" in op.args else op.param("value")
-    if value is None:
-        value = op.param("s")
+    name = "fill_value" if "fill_value" in op.args else "value" if op.args.get("value") is not None else "s"
+    value = op.scalar(name)
     return f"tl.full([BLOCK_SIZE], {literal(value, op.compute)}, {dtypes.triton_dtype(op.compute)})"
 
 
@@ -267,6 +283,8 @@ def arange(op: Op) -> str:
     if op.index[0].is_const:
         return f"tl.full([BLOCK_SIZE], {literal(start + step * op.index[0].const, op.compute)}, {dtype})"
     i = op.writer.index_text(op.index[0])
+    if op.compute == torch.int64:   # the index is int32: widen before multiplying (2**30 steps overflow)
+        return f"({i}).to(tl.int64) * {literal(step, op.compute)} + {literal(start, op.compute)}"
     return f"({literal(start, op.compute)} + {i} * {literal(step, op.compute)}).to({dtype})"
 
 

@@ -62,11 +62,11 @@ def mc_fused_mul_slice_neg_cat_add_0(q_ptr, cos_ptr, sin_ptr, k_ptr, out0_ptr, o
     sin_1 = tl.load(sin_ptr + (64*x2 + x3 + 32), mask=mask, other=0)
     # part 0 of 2
     mul = q * cos  # aten.mul.Tensor
-    neg = -q_1  # aten.neg.default
+    neg = q_1 * -1.0  # aten.neg.default
     mul_1 = neg * sin  # aten.mul.Tensor
     add = mul + mul_1  # aten.add.Tensor
     mul_2 = k * cos  # aten.mul.Tensor
-    neg_1 = -k_1  # aten.neg.default
+    neg_1 = k_1 * -1.0  # aten.neg.default
     mul_3 = neg_1 * sin  # aten.mul.Tensor
     add_1 = mul_2 + mul_3  # aten.add.Tensor
     # part 1 of 2

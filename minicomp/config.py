@@ -1,0 +1,123 @@
+"""Every setting minicomp reads, in one place: environment variables and tunables, each validated.
+
+    MINICOMP_CACHE_DIR          where generated modules and the persistent index live
+                                (default $XDG_CACHE_HOME/minicomp, else ~/.cache/minicomp)
+    MINICOMP_DEBUG_DIR          also keep a copy of every generated module there
+    MINICOMP_FALLBACK           warn | silent | raise: what a signature that cannot compile does
+    MINICOMP_CACHE_LIMIT        signatures kept per function (a whole number >= 1; default 64)
+    MINICOMP_RECOMPILE_WARNING  warn once a function has compiled this many signatures (>= 1; default 8)
+    MINICOMP_LOGS               log channels (logs.py)
+
+A value that does not parse raises `ConfigError` with a one-line message when
+the setting is first needed (at `jit`, not at `import minicomp`).
+
+Tunables of the compiler (not environment variables) live here too, so that
+experiments and tests change them through `override(...)` instead of patching
+module globals:
+
+    with config.override(max_parts=1):      # no walking in parts (codegen/split.py)
+        ...
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """An environment variable or setting minicomp cannot use."""
+
+
+FALLBACKS = ("warn", "silent", "raise")
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return None if value is None or value.strip() == "" else value.strip()
+
+
+def _whole_number(name: str, default: int, minimum: int = 1) -> int:
+    text = _env(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number >= {minimum}, not {text!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be a whole number >= {minimum}, not {text!r}")
+    return value
+
+
+def cache_dir() -> Path:
+    """MINICOMP_CACHE_DIR, else $XDG_CACHE_HOME/minicomp, else ~/.cache/minicomp (absolute)."""
+    explicit = _env("MINICOMP_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    base = _env("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return (Path(base) / "minicomp").expanduser().absolute()
+
+
+def debug_dir() -> Path | None:
+    text = _env("MINICOMP_DEBUG_DIR")
+    return None if text is None else Path(text).expanduser()
+
+
+def fallback(explicit: str | None = None) -> str:
+    """The fallback policy: `explicit` (jit's argument) if given, else MINICOMP_FALLBACK, else warn."""
+    value = explicit if explicit is not None else (_env("MINICOMP_FALLBACK") or "warn")
+    if value not in FALLBACKS:
+        source = "fallback" if explicit is not None else "MINICOMP_FALLBACK"
+        raise ConfigError(f"{source} must be one of {', '.join(FALLBACKS)}, not {value!r}")
+    return value
+
+
+def cache_limit() -> int:
+    return _whole_number("MINICOMP_CACHE_LIMIT", 64)
+
+
+def recompile_warning() -> int:
+    return _whole_number("MINICOMP_RECOMPILE_WARNING", 8)
+
+
+def log_channels() -> str:
+    return _env("MINICOMP_LOGS") or ""
+
+
+# -- tunables ---------------------------------------------------------------------
+
+DEFAULTS = dict(
+    max_parts=4,                                        # codegen/split.py: a dim walked in at most this many parts
+    launch_candidates=((512, 4), (1024, 4), (2048, 4)),  # launch.py: (BLOCK_SIZE, num_warps) timed on large kernels
+    tune_min_numel=1 << 24,                             # launch.py: kernels below this use the heuristic
+)
+_overrides = threading.local()
+
+
+def get(name: str):
+    """The current value of tunable `name` (an `override` in this thread, else its default)."""
+    if name not in DEFAULTS:
+        raise ConfigError(f"no tunable named {name!r}; choose from {', '.join(DEFAULTS)}")
+    stack = getattr(_overrides, "stack", [])
+    for layer in reversed(stack):
+        if name in layer:
+            return layer[name]
+    return DEFAULTS[name]
+
+
+@contextlib.contextmanager
+def override(**values):
+    """Change tunables inside a `with` block (this thread only)."""
+    unknown = set(values) - set(DEFAULTS)
+    if unknown:
+        raise ConfigError(f"no tunable named {sorted(unknown)}; choose from {', '.join(DEFAULTS)}")
+    stack = getattr(_overrides, "stack", None)
+    if stack is None:
+        stack = _overrides.stack = []
+    stack.append(values)
+    try:
+        yield
+    finally:
+        stack.pop()

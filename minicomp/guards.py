@@ -1,0 +1,248 @@
+"""Guards: what a compiled entry assumes, and the checks that hold a call to it.
+
+A compiled entry is valid only under what its trace saw. The signature key of
+a call (api.py) holds all of it:
+
+  * each argument leaf (`leaf_key`): a tensor's shape, stride, dtype, device and
+    requires_grad; a Python value by its value, floats by their bits (so -0.0 is
+    not 0.0 and NaN equals NaN); a numpy array by its contents; a function or
+    class by identity; anything else is an object minicomp cannot watch, and
+    that signature runs eagerly (`Unguardable`);
+  * the global modes that change what a trace records (`global_state`): grad
+    mode, inference mode, autocast (per device type, with its dtype), the
+    default dtype, deterministic algorithms, and active torch function or
+    dispatch modes (which is how a default device is set);
+  * for `jit(module)`: every submodule's training flag and plain attributes
+    (nn.py, `module_state`).
+
+Two things are checked on a call instead, because they cost nothing unless an
+entry needs them: an entry that writes into an input runs eagerly when that
+input shares memory with another argument (`shares_memory`), and a trace that
+changes a module attribute or a global (`watch`) is undone and runs eagerly.
+
+Keys that hold an object's identity (`ByIdentity`) are never persisted: an
+address means nothing in another process.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import types
+
+import numpy as np
+import torch
+
+_BY_VALUE = (type(None), bool, int, str, bytes, torch.dtype, torch.device, torch.layout, torch.memory_format,
+             type(Ellipsis), range)
+_BY_IDENTITY = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type, types.ModuleType,
+                torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+
+
+class ByIdentity:
+    """A key part equal only to the same object (functions, classes, tensor attributes)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, ByIdentity) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __repr__(self):
+        return f"<identity of {type(self.obj).__name__} {getattr(self.obj, '__qualname__', '')}>"
+
+
+class Unguardable:
+    """An argument minicomp cannot watch for changes: its signature runs eagerly."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, Unguardable) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __repr__(self):
+        return f"<{type(self.obj).__name__} object>"
+
+
+def leaf_key(value):
+    """What one flattened argument contributes to the signature key."""
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
+    return value_key(value)
+
+
+def value_key(value, depth: int = 0):
+    kind = type(value)
+    if kind in _BY_VALUE:
+        return (kind, value)
+    if isinstance(value, float):   # by bits: -0.0 != 0.0 and nan == nan (np.float64 is a float too)
+        return (kind, float(value).hex())
+    if isinstance(value, complex):
+        return (kind, value.real.hex(), value.imag.hex())
+    if isinstance(value, enum.Enum):
+        return (kind, value.name)
+    if isinstance(value, np.ndarray):
+        return (kind, value.dtype.str, value.shape, hashlib.sha1(np.ascontiguousarray(value).tobytes()).hexdigest())
+    if isinstance(value, np.generic):
+        return (kind, value.dtype.str, value.tobytes())
+    if isinstance(value, slice):
+        return (kind, value_key(value.start), value_key(value.stop), value_key(value.step))
+    if isinstance(value, torch.Tensor):   # a tensor held by an object (not an argument): the same tensor
+        return (kind, ByIdentity(value), value.shape, value.stride(), value.dtype, value.device)
+    if isinstance(value, (tuple, list, frozenset)) and depth < 3:
+        return (kind, tuple(value_key(v, depth + 1) for v in value))
+    if isinstance(value, dict) and depth < 3:
+        return (kind, tuple((value_key(k, depth + 1), value_key(v, depth + 1)) for k, v in value.items()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen:
+        return (kind, tuple(value_key(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)))
+    if isinstance(value, _BY_IDENTITY) or callable(value) and hasattr(value, "__qualname__"):
+        return (kind, ByIdentity(value))
+    return (kind, Unguardable(value))
+
+
+def global_state() -> tuple:
+    """The global modes a trace depends on, as cheaply as they can be read (~0.3 us)."""
+    autocast = None
+    if torch._C._is_any_autocast_enabled():
+        autocast = tuple((device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+                         for device in ("cpu", "cuda"))
+    modes = None
+    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        modes = (str(torch.get_default_device()), torch._C._len_torch_function_stack(),
+                 torch._C._len_torch_dispatch_stack())
+    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(),
+            torch._C._get_deterministic_algorithms(), autocast, modes)
+
+
+def describe_state(state: tuple) -> str:
+    grad, inference, dtype, deterministic, autocast, modes = state
+    words = [f"grad {'on' if grad else 'off'}", f"default dtype {dtype}"]
+    if inference:
+        words.append("inference mode")
+    if deterministic:
+        words.append("deterministic algorithms")
+    if autocast:
+        words += [f"autocast {device} {dt}" for device, on, dt in autocast if on]
+    if modes:
+        words.append(f"default device {modes[0]}, {modes[1]} function / {modes[2]} dispatch modes")
+    return ", ".join(words)
+
+
+def contains(key, kind) -> bool:
+    """Does a key (nested tuples) hold a part of `kind` (ByIdentity, Unguardable)?"""
+    if isinstance(key, kind):
+        return True
+    if isinstance(key, tuple):
+        return any(contains(part, kind) for part in key)
+    return False
+
+
+def unguardable(key):
+    """The first Unguardable part of a key, or None."""
+    if isinstance(key, Unguardable):
+        return key
+    if isinstance(key, tuple):
+        for part in key:
+            found = unguardable(part)
+            if found is not None:
+                return found
+    return None
+
+
+# -- checked per call, only by entries that need it ------------------------------------
+
+def shares_memory(leaves, slots, tensor_slots) -> bool:
+    """Does a tensor at `slots` (inputs the entry writes into) share storage with another argument?
+    The compiled code reads each input as it was before the call: eager would see the write."""
+    for i in slots:
+        storage = leaves[i].untyped_storage().data_ptr()
+        for j in tensor_slots:
+            if j != i and leaves[j].untyped_storage().data_ptr() == storage:
+                return True
+    return False
+
+
+def versions(leaves, tensor_slots) -> list[int]:
+    """Each tensor argument's version counter: it moves when the tensor is written in place."""
+    return [leaves[i]._version for i in tensor_slots]
+
+
+# -- Python side effects of a trace ------------------------------------------------
+
+class SideEffect(RuntimeError):
+    """Tracing changed Python state (a module attribute, a global): the function runs eagerly."""
+
+
+def watch(fn, context):
+    """`fn`, checked: if a call changes what `context` watches, the change is undone and
+    SideEffect raised (a compiled entry would not repeat it on later calls)."""
+    def watched(*args, **kwargs):
+        before = context.snapshot()
+        result = fn(*args, **kwargs)
+        changed = context.changed(before)
+        if changed:
+            context.restore(before)
+            raise SideEffect(f"it changes {changed} each time it runs, which compiled code would not repeat")
+        return result
+    return watched
+
+
+class FunctionContext:
+    """What a plain function's trace may change: the plain globals it names, and the
+    attributes of the object its method is bound to."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        code = getattr(fn, "__code__", None)
+        self.globals = getattr(fn, "__globals__", {}) if code is not None else {}
+        self.names = sorted(_names(code)) if code is not None else []
+        self.owner = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
+
+    def state(self):
+        """Nothing is checked per call: globals and closures are constants of the trace."""
+        return None
+
+    def snapshot(self):
+        values = {name: self.globals[name] for name in self.names if name in self.globals}
+        attrs = dict(vars(self.owner)) if self.owner is not None and hasattr(self.owner, "__dict__") else None
+        return values, attrs
+
+    def changed(self, before) -> str | None:
+        values, attrs = before
+        for name in self.names:
+            if name in self.globals and (name not in values or values[name] is not self.globals[name]):
+                return f"the global {name!r}"
+        if attrs is not None:
+            now = vars(self.owner)
+            for name in set(attrs) | set(now):
+                if attrs.get(name, attrs) is not now.get(name, attrs):
+                    return f"the attribute {name!r} of its {type(self.owner).__name__}"
+        return None
+
+    def restore(self, before) -> None:
+        values, attrs = before
+        for name in self.names:
+            if name in values:
+                self.globals[name] = values[name]
+            else:
+                self.globals.pop(name, None)
+        if attrs is not None:
+            vars(self.owner).clear()
+            vars(self.owner).update(attrs)
+
+
+def _names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
