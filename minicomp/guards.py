@@ -109,18 +109,27 @@ def value_key(value, depth: int = 0):
     return (kind, Unguardable(value))
 
 
+_grad, _inference, _default_dtype = torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.get_default_dtype
+_deterministic, _any_autocast = torch._C._get_deterministic_algorithms, torch._C._is_any_autocast_enabled
+_function_modes, _dispatch_modes = torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
+
+
 def global_state() -> tuple:
-    """The global modes a trace depends on, as cheaply as they can be read (~0.3 us)."""
+    """The global modes a trace depends on, read with C calls only in the common case (~0.35 us)."""
+    if _any_autocast() or _function_modes() or _dispatch_modes():
+        return _global_state_in_full()
+    return (_grad(), _inference(), _default_dtype(), _deterministic(), None, None)
+
+
+def _global_state_in_full() -> tuple:
     autocast = None
-    if torch._C._is_any_autocast_enabled():
+    if _any_autocast():
         autocast = tuple((device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
                          for device in ("cpu", "cuda"))
     modes = None
-    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
-        modes = (str(torch.get_default_device()), torch._C._len_torch_function_stack(),
-                 torch._C._len_torch_dispatch_stack())
-    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype(),
-            torch._C._get_deterministic_algorithms(), autocast, modes)
+    if _function_modes() or _dispatch_modes():
+        modes = (str(torch.get_default_device()), _function_modes(), _dispatch_modes())
+    return (_grad(), _inference(), _default_dtype(), _deterministic(), autocast, modes)
 
 
 def describe_state(state: tuple) -> str:

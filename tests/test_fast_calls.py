@@ -195,16 +195,16 @@ def test_cache_command(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="launch tuning runs on the GPU only")
 def test_large_kernels_are_tuned_once_and_remembered(tmp_path, monkeypatch):
-    from minicomp import launch
+    from minicomp import config, launch
 
     monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
-    x = torch.randn(launch.TUNE_MIN_NUMEL, device="cuda")
+    x = torch.randn(config.get("tune_min_numel"), device="cuda")
     fn = minicomp.jit(lambda x: torch.relu(x) + 1)
     torch.testing.assert_close(fn(x), torch.relu(x) + 1)
     [record] = (tmp_path / "tuning").glob("*.json")
     chosen = json.loads(record.read_text())["config"]
-    assert tuple(chosen) in launch.CANDIDATES
-    runtime._loaded.clear()
+    assert tuple(chosen) in config.get("launch_candidates")
+    runtime.forget_loaded()
     again = minicomp.jit(lambda x: torch.relu(x) + 1)
     timed = []
     monkeypatch.setattr(launch.Launch, "_time", lambda self, config, args: timed.append(config) or 1.0)

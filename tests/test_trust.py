@@ -1,0 +1,442 @@
+"""Issue: never a wrong result. One test per way minicomp was found to differ from eager (items 1-16),
+per clear-error bullet, and per hole in the cache; each is named after what it guards."""
+import functools
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import minicomp
+from minicomp import guards
+from conftest import kernel_count
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def quietly(fn, *args, **kwargs):
+    """Call a jitted function whose signature is expected to run eagerly (it warns why)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+# -- 1. modules do not share code ---------------------------------------------------
+
+def test_modules_do_not_share_each_others_code():
+    x = torch.tensor([-1.0, 2.0])
+    torch.testing.assert_close(minicomp.jit(nn.ReLU())(x), torch.relu(x))
+    torch.testing.assert_close(minicomp.jit(nn.Sigmoid())(x), torch.sigmoid(x))
+    torch.testing.assert_close(minicomp.jit(nn.Tanh())(x), torch.tanh(x))
+
+
+# -- 2. mode and attributes are guarded ---------------------------------------------
+
+def test_batchnorm_train_then_eval_uses_running_stats_and_leaves_them():
+    torch.manual_seed(0)
+    bn, ref = nn.BatchNorm1d(4), nn.BatchNorm1d(4)
+    fn = minicomp.jit(bn)
+    x = torch.randn(8, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), ref(x))
+    bn.eval(), ref.eval()
+    stats = bn.running_mean.clone()
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), ref(x))
+    torch.testing.assert_close(bn.running_mean, stats)   # eval mode never updates them
+    assert bn.num_batches_tracked.item() == 1
+
+
+def test_dropout_stops_dropping_after_eval():
+    drop = nn.Dropout(0.5)
+    fn = minicomp.jit(drop)
+    x = torch.ones(64)
+    assert (fn(x) == 0).any()
+    drop.eval()
+    torch.testing.assert_close(fn(x), x)
+
+
+def test_plain_module_attribute_change_recompiles():
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.factor = 2.0
+
+        def forward(self, x):
+            return x * self.factor
+
+    module = Scale()
+    fn = minicomp.jit(module)
+    x = torch.randn(5)
+    torch.testing.assert_close(fn(x), x * 2)
+    module.factor = 3.0
+    torch.testing.assert_close(fn(x), x * 3)
+
+
+def test_forward_that_changes_its_attributes_runs_eagerly():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 1
+
+        def forward(self, x):
+            self.k += 1
+            return x * self.k
+
+    module = Counter()
+    fn = minicomp.jit(module, fallback="silent")
+    assert [fn(torch.ones(1)).item() for _ in range(3)] == [2.0, 3.0, 4.0]
+    assert module.k == 4
+
+
+def test_forward_hook_added_later_is_seen():
+    module = nn.ReLU()
+    fn = minicomp.jit(module)
+    x = torch.tensor([-1.0, 2.0])
+    torch.testing.assert_close(fn(x), torch.relu(x))
+    module.register_forward_hook(lambda m, args, out: out + 10)
+    torch.testing.assert_close(fn(x), torch.relu(x) + 10)
+
+
+# -- 3. the first call with an input that requires grad runs once --------------------
+
+def test_first_call_with_grad_applies_side_effects_once(device):
+    def f(x, w):
+        x.mul_(2)
+        return x * w
+
+    x = torch.ones(3, device=device)
+    w = torch.ones(3, device=device, requires_grad=True)
+    out = minicomp.jit(f)(x, w)
+    torch.testing.assert_close(x, torch.full((3,), 2.0, device=device))
+    out.sum().backward()
+    torch.testing.assert_close(w.grad, torch.full((3,), 2.0, device=device))
+
+
+def test_batchnorm_counts_one_batch_per_training_call():
+    bn = nn.BatchNorm1d(4)
+    fn = minicomp.jit(bn)
+    fn(torch.randn(8, 4, requires_grad=True)).sum().backward()
+    assert bn.num_batches_tracked.item() == 1
+    fn(torch.randn(8, 4, requires_grad=True))
+    assert bn.num_batches_tracked.item() == 2
+
+
+# -- 4. aliased inputs ----------------------------------------------------------------
+
+def add_then_read(a, b):
+    a.add_(1)
+    return b * 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: (x, x),
+    lambda x: (x, x[2:6]),
+    lambda x: (x[2:6], x),
+])
+def test_aliased_inputs_see_the_write(device, make):
+    fn = minicomp.jit(add_then_read)
+    fn(torch.zeros(8, device=device), torch.zeros(8, device=device))   # compiled for distinct inputs
+    x, y = torch.zeros(8, device=device), torch.zeros(8, device=device)
+    expected = add_then_read(*make(y))
+    torch.testing.assert_close(fn(*make(x)), expected)
+    torch.testing.assert_close(x, y)
+
+
+def test_aliased_inputs_on_the_first_training_call(device):
+    w = torch.ones(4, device=device, requires_grad=True)
+
+    def f(a, b, w):
+        a.add_(1)
+        return b * w
+
+    x, y = torch.zeros(4, device=device), torch.zeros(4, device=device)
+    fn = minicomp.jit(f)
+    torch.testing.assert_close(fn(x, x, w), f(y, y, w))
+    torch.testing.assert_close(fn(torch.zeros(4, device=device), x, w), x * w)   # later calls compile
+
+
+# -- 5. the persistent key covers what the function reads (see also test_trust_cache) --
+
+def test_fingerprint_covers_module_attributes_and_bound_self(tmp_path, monkeypatch):
+    from minicomp import fingerprint
+
+    helpers = type(math)("trust_helpers")
+    helpers.SCALE, helpers.act = 2.0, torch.relu
+    monkeypatch.setitem(globals(), "trust_helpers", helpers)
+
+    def f(x):
+        return trust_helpers.act(x) * trust_helpers.SCALE  # noqa: F821 - set above
+
+    before = fingerprint.of(f)
+    helpers.SCALE = 10.0
+    assert fingerprint.of(f) != before
+    helpers.SCALE = 2.0
+    assert fingerprint.of(f) == before
+    helpers.act = torch.sigmoid
+    assert fingerprint.of(f) != before
+
+    class Holder:
+        def __init__(self, k):
+            self.k = k
+
+        def method(self, x):
+            return x * self.k
+
+    assert fingerprint.of(Holder(2).method) is None   # an object's state: never persisted
+
+
+# -- 6, 7. scalars by their bits, numpy arrays by their contents -----------------------
+
+def test_negative_zero_is_not_positive_zero(device):
+    fn = minicomp.jit(lambda x, s: x / s)
+    x = torch.ones(2, device=device)
+    torch.testing.assert_close(fn(x, 0.0), x / 0.0)
+    torch.testing.assert_close(fn(x, -0.0), x / -0.0)
+
+
+def test_nan_scalar_compiles_once():
+    fn = minicomp.jit(lambda x, s: x + s)
+    for _ in range(3):
+        assert torch.isnan(fn(torch.ones(2), float("nan"))).all()
+    assert fn.compiles == 1
+
+
+def test_numpy_arguments_are_keyed_by_their_contents():
+    fn = minicomp.jit(lambda x, a: x + torch.from_numpy(a))
+    a1 = np.zeros(2000, dtype=np.float32)
+    a2 = a1.copy()
+    a2[1000] = 5
+    x = torch.zeros(2000)
+    assert fn(x, a1)[1000].item() == 0.0
+    assert fn(x, a2)[1000].item() == 5.0
+
+
+def test_objects_that_cannot_be_watched_run_eagerly():
+    class Config:
+        scale = 2.0
+
+    cfg = Config()
+    fn = minicomp.jit(lambda x, c: x * c.scale, fallback="warn")
+    with pytest.warns(UserWarning, match="minicomp cannot tell when an object changes"):
+        torch.testing.assert_close(fn(torch.ones(2), cfg), torch.full((2,), 2.0))
+    cfg.scale = 3.0
+    torch.testing.assert_close(fn(torch.ones(2), cfg), torch.full((2,), 3.0))
+
+
+# -- 8. global modes are guarded --------------------------------------------------------
+
+def test_autocast_is_guarded():
+    fn = minicomp.jit(lambda a, b: (a @ b).relu())
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.autocast("cpu", torch.bfloat16):
+        assert fn(a, b).dtype == torch.bfloat16
+    assert fn(a, b).dtype == torch.float32
+
+
+def test_default_dtype_is_guarded():
+    fn = minicomp.jit(lambda x: x + torch.ones(3))
+    assert fn(torch.ones(3, dtype=torch.float64)).dtype == torch.float64
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = fn(torch.ones(3, dtype=torch.float64))
+    finally:
+        torch.set_default_dtype(previous)
+    assert out.dtype == torch.float64 and fn.compiles == 2
+
+
+def test_global_state_key_names_what_changed():
+    with torch.autocast("cpu", torch.bfloat16):
+        inside = guards.global_state()
+    assert inside != guards.global_state()
+    assert "autocast cpu torch.bfloat16" in guards.describe_state(inside)
+
+
+# -- 9-12, 14. arithmetic as eager does it ------------------------------------------
+
+def test_negation_keeps_the_sign_of_zero(device):
+    a = torch.zeros(4, device=device)
+    torch.testing.assert_close(minicomp.jit(lambda a: 1.0 / (-a))(a), 1.0 / (-a))
+
+
+@pytest.mark.parametrize("op", [torch.fmax, torch.fmin])
+def test_fmax_fmin_ignore_a_single_nan(device, op):
+    nan = float("nan")
+    a = torch.tensor([nan, 2.0, nan, 1.0], device=device)
+    b = torch.tensor([1.0, nan, nan, 3.0], device=device)
+    torch.testing.assert_close(minicomp.jit(op)(a, b), op(a, b), equal_nan=True)
+
+
+@pytest.mark.parametrize("step", [2**30, 2**37])
+def test_int64_arange_does_not_wrap(device, step):
+    def f(x):
+        return x + torch.arange(0, 8 * step, step, device=x.device)
+
+    x = torch.zeros(8, dtype=torch.int64, device=device)
+    assert torch.equal(minicomp.jit(f, fallback="raise")(x), f(x))
+
+
+def test_int32_plus_a_huge_python_int_wraps_like_eager(device):
+    x = torch.arange(4, dtype=torch.int32, device=device)
+    fn = minicomp.jit(lambda x: x + 2**40 + 3, fallback="raise")
+    assert torch.equal(fn(x), x + 2**40 + 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", [lambda x: x + 3.3, lambda x: x - 0.7, lambda x: 1.3 - x, lambda x: x * 3.3,
+                                lambda x: x / 3.3, lambda x: torch.add(x, x, alpha=1.7)])
+def test_16_bit_tensor_and_python_float_match_eager_exactly(device, dtype, op):
+    x = torch.randn(256, device=device).to(dtype)
+    assert torch.equal(minicomp.jit(op)(x), op(x))
+
+
+def test_first_run_failure_falls_back_to_eager(monkeypatch):
+    from minicomp import api
+
+    def broken(*args):
+        raise RuntimeError("kernel launch failed")
+
+    real = api.Entry.__init__
+
+    def install_broken(self, call, *args, **kwargs):
+        real(self, broken, *args, **kwargs)
+
+    monkeypatch.setattr(api.Entry, "__init__", install_broken)
+    fn = minicomp.jit(lambda x: x * 2, fallback="warn")
+    x = torch.randn(3)
+    with pytest.warns(UserWarning, match="kernel launch failed"):
+        torch.testing.assert_close(fn(x), x * 2)
+    torch.testing.assert_close(fn(x), x * 2)    # the signature now runs eagerly, quietly
+    with pytest.raises(minicomp.CompileError, match="kernel launch failed"):
+        minicomp.jit(lambda x: x * 3, fallback="raise")(x)
+
+
+# -- 13, 15. outputs: types and aliasing as in eager ---------------------------------
+
+def test_non_tensor_outputs_come_back_as_returned():
+    def f(x):
+        return x + 1, "x", float("inf"), x.device, x.shape, None, -0.0
+
+    x = torch.ones(2, 3)
+    out = minicomp.jit(f, fallback="raise")(x)
+    torch.testing.assert_close(out[0], x + 1)
+    assert out[1:4] == ("x", math.inf, x.device)
+    assert type(out[4]) is torch.Size and out[4] == x.shape
+    assert out[5] is None and math.copysign(1, out[6]) < 0
+
+
+def test_returned_view_aliases_its_input(device):
+    x = torch.ones(3, 2, device=device)
+    out = minicomp.jit(lambda t: t[0])(x)
+    out.fill_(5)
+    assert x[0, 0].item() == 5.0
+    y = torch.arange(12.0, device=device)[2:]
+    view = minicomp.jit(lambda t: t.view(2, 5).t())(y)
+    assert view.data_ptr() == y.data_ptr() and view.stride() == y.view(2, 5).t().stride()
+
+
+def test_mutated_and_returned_input_is_the_input(device):
+    x = torch.ones(3, device=device)
+    fn = minicomp.jit(lambda t: t.mul_(2))
+    assert fn(x) is x and fn(x) is x
+    torch.testing.assert_close(x, torch.full((3,), 4.0, device=device))
+
+
+def test_same_tensor_returned_twice_is_one_object():
+    a, b = minicomp.jit(lambda t: (t + 1,) * 2)(torch.ones(2))
+    assert a is b
+
+
+def test_output_structure_survives_the_persistent_cache():
+    from minicomp.capture import Outputs
+    from torch.utils import _pytree as pytree
+
+    spec = pytree.tree_flatten((0, "x", torch.Size([2]), 0, 0, 0, -0.0), is_leaf=lambda v: isinstance(v, torch.Size))[1]
+    kinds = [("tensor", 0), ("const", "x"), ("const", torch.Size([2])), ("input", 0), ("same", 0),
+             ("view", 1, (2,), (1,), 3), ("const", -0.0)]
+    again = Outputs.loads(Outputs(spec, kinds).dumps())
+    assert again.kinds[:6] == kinds[:6] and math.copysign(1, again.kinds[6][1]) < 0
+    assert Outputs(spec, [("const", object())]).dumps() is None   # such an entry is not stored
+
+
+# -- 16. partial rotary gradients ---------------------------------------------------
+
+def partial_rope(q, cos, sin):
+    r = cos.shape[-1]
+    qr, qp = q[..., :r], q[..., r:]
+    return torch.cat([qr * cos + rotate_half(qr) * sin, qp], -1)
+
+
+def test_partial_rotary_gradients_match_eager(device):
+    q = torch.randn(2, 4, 11, 64, device=device, requires_grad=True)
+    cos, sin = (torch.randn(11, 16, device=device, requires_grad=True) for _ in range(2))
+    fn = minicomp.jit(partial_rope)
+    out = fn(q, cos, sin)
+    seed = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, cos, sin), seed)
+    expected = torch.autograd.grad(partial_rope(q, cos, sin), (q, cos, sin), seed)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    saved = fn.entry(q, cos, sin).backward.graph.inputs
+    assert not any(name.startswith("slice") for name in saved), saved   # views are recomputed, not saved
+
+
+def test_saved_view_keeps_its_strides():
+    """A view the forward returns keeps eager's strides (the backward indexes it with them)."""
+    fn = minicomp.jit(lambda x: (x * 2)[:, :3])
+    out = fn(torch.randn(4, 8))
+    assert out.stride() == (8, 1)
+
+
+# -- clear errors instead of crashes -------------------------------------------------
+
+def test_partial_callable_objects_and_builtins_compile():
+    x, y = torch.randn(5), torch.randn(5)
+    torch.testing.assert_close(minicomp.jit(functools.partial(torch.add, alpha=2), fallback="raise")(x, y),
+                               x + 2 * y)
+
+    class Affine:
+        def __call__(self, t):
+            return t * 3 + 1
+
+    torch.testing.assert_close(minicomp.jit(Affine(), fallback="raise")(x), x * 3 + 1)
+    fn = minicomp.jit(torch.relu, fallback="raise")
+    torch.testing.assert_close(fn(x), torch.relu(x))
+    assert kernel_count(fn.source(x)) == 1
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("MINICOMP_CACHE_LIMIT", "0", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not '0'"),
+    ("MINICOMP_CACHE_LIMIT", "abc", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not 'abc'"),
+    ("MINICOMP_RECOMPILE_WARNING", "-3", "MINICOMP_RECOMPILE_WARNING must be a whole number"),
+    ("MINICOMP_FALLBACK", "loud", "MINICOMP_FALLBACK must be one of warn, silent, raise, not 'loud'"),
+])
+def test_bad_environment_variables_give_one_line_errors(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(minicomp.ConfigError) as info:
+        minicomp.jit(lambda x: x + 1)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_import_succeeds_with_a_bad_environment_variable():
+    import subprocess
+    import sys
+
+    env = dict(__import__("os").environ, MINICOMP_CACHE_LIMIT="abc")
+    run = subprocess.run([sys.executable, "-c", "import minicomp"], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_tuning_records_are_validated():
+    from minicomp.launch import _valid_config
+
+    assert _valid_config([512, 4]) == (512, 4)
+    for bad in ([0, 4], [500, 4], [512, 3], ["512", 4], [1 << 20, 4], [512]):
+        with pytest.raises((ValueError, TypeError)):
+            _valid_config(bad)
