@@ -56,18 +56,9 @@ class ByIdentity:
         return f"<identity of {type(self.obj).__name__} {getattr(self.obj, '__qualname__', '')}>"
 
 
-class Unguardable:
+class Unguardable(ByIdentity):
     """An argument minicomp cannot watch for changes: its signature runs eagerly."""
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __eq__(self, other):
-        return isinstance(other, Unguardable) and other.obj is self.obj
-
-    def __hash__(self):
-        return id(self.obj)
+    __slots__ = ()
 
     def __repr__(self):
         return f"<{type(self.obj).__name__} object>"
