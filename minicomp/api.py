@@ -87,10 +87,7 @@ class EagerEntry:
     compiled = None
 
     def __call__(self, fn, leaves, in_spec):
-        if isinstance(in_spec, int):  # the positional fast path: leaves are the arguments
-            return fn(*leaves)
-        args, kwargs = pytree.tree_unflatten(list(leaves), in_spec)
-        return fn(*args, **kwargs)
+        return capture.call_eagerly(fn, leaves, in_spec)
 
 
 def _unflattener(out_spec):
@@ -211,10 +208,11 @@ class JitFunction:
                     result = entry(self.fn, leaves, in_spec)
                 except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
                     failure, entry = err, EagerEntry()
+                if failure is not None:
+                    self._fall_back(failure)   # raises under fallback="raise": nothing is remembered
                 self._remember(key, entry)
                 if failure is None:
                     return result
-                self._fall_back(failure)
         return entry(self.fn, leaves, in_spec)
 
     def _fall_back(self, err: Exception) -> None:

@@ -72,13 +72,13 @@ class TrainingEntry:
         tensors = [leaves[i] for i in self.tensor_slots]
         if self.mutated is None:   # the first call compiles, on inputs that share no memory
             if _any_shared(tensors):
-                return _eager(fn, leaves, in_spec)
+                return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
             outputs = self.function(*tensors)
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
         elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
-            return _eager(fn, leaves, in_spec)
+            return capture.call_eagerly(fn, leaves, in_spec)
         else:
             outputs = self.function(*tensors)
         return self.outputs.assemble(outputs, leaves)
@@ -93,8 +93,3 @@ def _any_shared(tensors) -> bool:
     storages = [t.untyped_storage().data_ptr() for t in tensors]
     return len(set(storages)) < len(storages)
 
-
-def _eager(fn, leaves, in_spec):
-    args, kwargs = pytree.tree_unflatten(list(leaves), in_spec if not isinstance(in_spec, int) else
-                                         pytree.tree_flatten((tuple(range(in_spec)), {}))[1])
-    return fn(*args, **kwargs)

@@ -191,6 +191,14 @@ def _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed) 
     return ("tensor", len(computed) - 1)
 
 
+def call_eagerly(fn, leaves, in_spec):
+    """fn called as written with the flattened arguments (`in_spec` an int: the positional fast path)."""
+    if isinstance(in_spec, int):
+        return fn(*leaves)
+    args, kwargs = pytree.tree_unflatten(list(leaves), in_spec)
+    return fn(*args, **kwargs)
+
+
 def leaf_names(in_spec, params: list[str]) -> list[str]:
     """Readable names for the flattened (args, kwargs): x, b, inputs_0, scale, ..."""
     paths, _ = pytree.tree_flatten_with_path(pytree.tree_unflatten([0] * in_spec.num_leaves, in_spec))
