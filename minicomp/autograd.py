@@ -21,6 +21,7 @@ from functorch.compile import aot_function, make_boxed_func, min_cut_remateriali
 from torch.utils import _pytree as pytree
 
 from minicomp import capture, guards
+from minicomp.codegen.families import Families
 from minicomp.compiler import Compiled, compile_graph
 
 
@@ -33,7 +34,7 @@ def partition(joint, inputs, **kwargs):
 class TrainingEntry:
     """One signature whose inputs need gradients: an autograd.Function built by AOTAutograd."""
 
-    def __init__(self, fn, leaves, in_spec, name: str, input_names: list[str]):
+    def __init__(self, fn, leaves, in_spec, name: str, input_names: list[str], families: Families | None = None):
         self.tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
         self.forward: Compiled | None = None
         self.backward: Compiled | None = None
@@ -58,11 +59,11 @@ class TrainingEntry:
             return computed
 
         def compile_forward(gm, example_inputs):
-            self.forward = compile_graph(gm, f"{name}_forward", input_names)
+            self.forward = compile_graph(gm, f"{name}_forward", input_names, families)
             return make_boxed_func(self.forward.call)
 
         def compile_backward(gm, example_inputs):
-            self.backward = compile_graph(gm, f"{name}_backward")
+            self.backward = compile_graph(gm, f"{name}_backward", families=families)
             return make_boxed_func(self.backward.call)
 
         self.function = aot_function(flat_fn, fw_compiler=compile_forward, bw_compiler=compile_backward,

@@ -161,9 +161,8 @@ def info() -> str:
 
 def clear() -> int:
     """Delete minicomp's cached files (not Triton's); returns how many were removed.
-    A symlink standing for a part is removed itself, never followed."""
-    from minicomp import runtime
-
+    A symlink standing for a part is removed itself, never followed. (A module this process
+    already loaded is written again the next time it is compiled: runtime.load.)"""
     removed = 0
     for name in PARTS:
         folder = root() / name
@@ -173,5 +172,4 @@ def clear() -> int:
         elif folder.is_dir():
             removed += sum(1 for p in folder.rglob("*") if p.is_file() or p.is_symlink())
             shutil.rmtree(folder)
-    runtime.forget_loaded()
     return removed

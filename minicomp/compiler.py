@@ -13,6 +13,7 @@ from typing import Callable
 import torch.fx
 
 from minicomp import codegen, fusion, ir, logs, runtime
+from minicomp.codegen.families import Families
 from minicomp.fusion import Plan
 from minicomp.ir import Graph, TensorMeta
 
@@ -27,12 +28,15 @@ class Compiled:
     interpret: bool            # runs through Triton's interpreter (CPU tensors)
 
 
-def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None) -> Compiled:
+def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None,
+                  families: Families | None = None) -> Compiled:
+    """Compile one ATen graph. `families`: the kernel families of the function being compiled
+    (codegen/families.py), so a new size of the same function reuses its kernels' text."""
     graph = ir.from_fx(gm, input_names)          # typed nodes over a networkx DiGraph
     logs.graph.info("%s: IR\n%s", name, graph)
-    plan = fusion.plan(graph)                    # kernels, extern calls, their order, refusals
-    logs.fusion.info("%s: plan\n%s", name, plan)
-    source = codegen.render_module(plan, name)   # Triton kernels + Python wrapper, as text
+    plan = fusion.plan(graph)                    # kinds, kernels, extern calls, their order, refusals
+    logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
+    source = codegen.render_module(plan, name, families)   # Triton kernels + Python wrapper, as text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
     interpret = _runs_on_cpu(graph)
     module = runtime.load(source, name, interpret)

@@ -10,7 +10,7 @@ import time
 import torch
 
 import minicomp
-from minicomp.bench.workloads import WORKLOADS
+from minicomp.workloads import WORKLOADS
 
 
 def main(argv=None) -> int:

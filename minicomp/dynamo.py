@@ -8,34 +8,31 @@ registers this function under the `torch_dynamo_backends` entry point
 without installing, pass the function: `torch.compile(model, backend=minicomp.dynamo.backend)`.
 
 A graph minicomp cannot compile (a dynamic shape, an op it cannot trace) runs as
-Dynamo captured it, with a warning (MINICOMP_FALLBACK=raise makes it an error).
+Dynamo captured it, under the fallback policy (fallback.py: a warning by default,
+MINICOMP_FALLBACK=raise makes it an error). The forward and backward of one
+Dynamo graph share kernel families (codegen/families.py).
 """
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import torch
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 
-from minicomp import capture, config
+from minicomp import capture, config, fallback
+from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
 
-_graph_ids = itertools.count()
+_graph_ids = itertools.count()   # names only: dynamo_graph<n>_forward
 
 
-def _compiler(role: str):
+def _compiler(role: str, families: Families):
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         name = f"dynamo_graph{next(_graph_ids)}_{role}"
         try:
-            return make_boxed_func(compile_graph(gm, name).call)
+            return make_boxed_func(compile_graph(gm, name, families=families).call)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
-            policy = config.fallback()
-            if policy == "raise":
-                raise
-            if policy == "warn":
-                warnings.warn(f"minicomp could not compile {name} ({type(err).__name__}: {err}); "
-                              "running it as captured", stacklevel=2)
+            fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
             return make_boxed_func(gm.forward)
     return compile_fn
 
@@ -44,6 +41,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     """The Dynamo backend: ATen graphs through AOTAutograd, each compiled by minicomp."""
     from torch._dynamo.backends.common import aot_autograd
 
-    return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
+    families = Families()
+    return aot_autograd(fw_compiler=_compiler("forward", families), bw_compiler=_compiler("backward", families),
                         partition_fn=min_cut_rematerialization_partition,
                         decompositions=capture.decompositions())(gm, example_inputs)

@@ -23,7 +23,7 @@ import networkx as nx
 import torch
 from torch.utils import _pytree as pytree
 
-from minicomp.api import JitFunction
+from minicomp.function import JitFunction
 from minicomp.autograd import TrainingEntry
 from minicomp.compiler import Compiled
 from minicomp.fusion import Kernel
@@ -129,14 +129,14 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
     for name, (x, y) in pos.items():
         node = graph[name]
         kernel = kernel_of.get(name)
-        fill = "#ffffff" if node.kind == "input" else "#d0d0d0" if kernel is None else \
+        fill = "#ffffff" if node.is_input else "#d0d0d0" if kernel is None else \
             PALETTE[kernel.index % len(PALETTE)]
         stroke = 3 if name in plan.materialized or name in graph.outputs else 1
-        label = f"{name} = {node.op_name}" if node.kind != "input" else f"{name} (input)"
+        label = f"{name} (input)" if node.is_input else f"{name} = {node.op_name}"
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" stroke="#222" '
                    f'stroke-width="{stroke}"><title>{html.escape(label)} {html.escape(str(node.meta))}</title></rect>')
         out.append(f'<text x="{x + 6}" y="{y + 14}">{html.escape(name[:20])}</text>')
-        out.append(f'<text x="{x + 6}" y="{y + 27}" fill="#333">{html.escape((node.op_name or node.kind)[:20])}</text>')
+        out.append(f'<text x="{x + 6}" y="{y + 27}" fill="#333">{html.escape(node.op_name[:20])}</text>')
     for i, kernel in enumerate(plan.kernels):
         y = legend_y + 24 * i
         out.append(f'<rect x="20" y="{y}" width="16" height="16" fill="{PALETTE[kernel.index % len(PALETTE)]}" '
@@ -154,7 +154,7 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
 
 
 def main(argv=None) -> int:
-    from minicomp.bench.workloads import WORKLOADS
+    from minicomp.workloads import WORKLOADS
 
     examples = {name: work for name, work in WORKLOADS.items() if not work.backward}
     parser = argparse.ArgumentParser(prog="minicomp explain", description=__doc__.split("\n\n")[0])

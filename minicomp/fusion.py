@@ -4,6 +4,7 @@ The rules, in order:
 
 1. Every node is classified (ops.classify): pointwise and view nodes can live
    inside a kernel; everything else is an extern ATen call in the wrapper.
+   The kinds live in the plan (`Plan.kinds`); the IR is not changed.
 2. A value is *materialized* (written to memory) when something outside the
    kernels needs it: a graph output, an extern's input, a mutated input.
    Everything else is recomputed inside whichever kernel needs it, so a chain
@@ -14,19 +15,26 @@ The rules, in order:
 4. Materialized values of the same stage and shape share one kernel
    (horizontal fusion: q and k of RoPE come out of one launch).
 
+The plan is everything codegen needs and nothing it must ask back: each
+kernel's kind ("pointwise"; codegen has one writer and one template per kind),
+the nodes it computes, the buffers it reads and writes, and the strides of
+every value a kernel writes (`Plan.strides`, from layout.py).
+
 Why two nodes did not fuse is recorded as a `Refusal` you can print.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minicomp import ops
-from minicomp.ir import Graph, TensorMeta
+from minicomp.ir import Graph
+from minicomp.layout import output_strides
 
 
 @dataclass
 class Kernel:
     index: int
+    kind: str                                       # "pointwise": how codegen writes it
     stage: int
     shape: tuple[int, ...]
     stores: list[str]                               # nodes this kernel writes
@@ -69,9 +77,8 @@ class Plan:
     materialized: set[str]
     refusals: list[Refusal]
     stage_of: dict[str, int]
-
-    def is_loadable(self, name: str, stage: int) -> bool:
-        return is_loadable(self.graph, name, stage, self.stage_of, self.materialized)
+    kinds: dict[str, str]                  # node -> "input", "pointwise", "view" or "extern"
+    strides: dict[str, tuple[int, ...]]    # value a kernel writes -> the strides it is allocated with
 
     @property
     def kernels(self) -> list[Kernel]:
@@ -94,72 +101,74 @@ class Plan:
 
 
 def plan(graph: Graph) -> Plan:
-    reasons = _classify(graph)
-    stage = _stages(graph)
-    materialized = _materialized(graph)
-    kernels = _group_kernels(graph, stage, materialized)
-    for kernel in kernels:
-        _fill_kernel(graph, kernel, stage, materialized)
+    kinds, reasons = _classify(graph)
+    stage = _stages(graph, kinds)
+    materialized = _materialized(graph, kinds)
+    kernels = [_filled(graph, kernel, kinds, stage, materialized)
+               for kernel in _group_kernels(graph, kinds, stage, materialized)]
     steps: list[Kernel | Extern] = []
     for s in range(max(stage.values(), default=0) + 1):
-        steps += [Extern(n, s) for n in graph.order if graph[n].kind == "extern" and stage[n] == s]
+        steps += [Extern(n, s) for n in graph.order if kinds[n] == "extern" and stage[n] == s]
         steps += [k for k in kernels if k.stage == s]
-    return Plan(graph, steps, materialized, _refusals(graph, kernels, reasons), stage)
+    strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
+    return Plan(graph, steps, materialized, _refusals(graph, kernels, kinds, reasons), stage, kinds, strides)
 
 
 def is_fusible(kind: str) -> bool:
     return kind in ("pointwise", "view")
 
 
-def _classify(graph: Graph) -> dict[str, str]:
-    reasons = {}
+def _classify(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
+    """(kind of each node, why each extern is one)."""
+    kinds, reasons = {}, {}
     for name in graph.order:
         node = graph[name]
-        if node.kind != "input":
-            node.kind, reasons[name] = ops.classify(node, graph)
-    return reasons
+        if node.is_input:
+            kinds[name] = "input"
+        else:
+            kinds[name], reasons[name] = ops.classify(node, graph)
+    return kinds, reasons
 
 
-def _stages(graph: Graph) -> dict[str, int]:
+def _stages(graph: Graph, kinds) -> dict[str, int]:
     stage: dict[str, int] = {}
     for name in graph.order:
-        node = graph[name]
-        before = max((stage[i] for i in node.inputs()), default=0)
-        stage[name] = before + 1 if node.kind == "extern" else before
+        before = max((stage[i] for i in graph[name].inputs()), default=0)
+        stage[name] = before + 1 if kinds[name] == "extern" else before
     return stage
 
 
-def _materialized(graph: Graph) -> set[str]:
-    needed = {n for n in graph.order if not is_fusible(graph[n].kind)}
+def _materialized(graph: Graph, kinds) -> set[str]:
+    needed = {n for n in graph.order if not is_fusible(kinds[n])}
     needed |= {o for o in graph.outputs if isinstance(o, str)}
     needed |= {src for _, src in graph.mutations}
     for name in graph.order:
-        if graph[name].kind == "extern":
+        if kinds[name] == "extern":
             needed |= set(graph[name].inputs())
     return needed
 
 
-def _group_kernels(graph: Graph, stage, materialized) -> list[Kernel]:
+def _group_kernels(graph: Graph, kinds, stage, materialized) -> list[Kernel]:
     groups: dict[tuple, Kernel] = {}
     for name in graph.order:
         node = graph[name]
-        if name in materialized and is_fusible(node.kind):
+        if name in materialized and is_fusible(kinds[name]):
             key = (stage[name], node.meta.shape, node.meta.device)
             if key not in groups:
-                groups[key] = Kernel(len(groups), stage[name], node.meta.shape, [])
+                groups[key] = Kernel(len(groups), "pointwise", stage[name], node.meta.shape, [])
             groups[key].stores.append(name)
     return sorted(groups.values(), key=lambda k: (k.stage, k.index))
 
 
-def is_loadable(graph: Graph, name: str, stage: int, stage_of, materialized) -> bool:
+def _is_loadable(name: str, stage: int, kinds, stage_of, materialized) -> bool:
     """Can a kernel of `stage` read `name` from memory instead of computing it?"""
-    if not is_fusible(graph[name].kind):
+    if not is_fusible(kinds[name]):
         return True
     return name in materialized and stage_of[name] < stage
 
 
-def _fill_kernel(graph: Graph, kernel: Kernel, stage_of, materialized) -> None:
-    """Walk back from the stores through everything the kernel must compute."""
+def _filled(graph: Graph, kernel: Kernel, kinds, stage_of, materialized) -> Kernel:
+    """`kernel` with what it computes and reads: walk back from the stores to what can be loaded."""
     seen: set[str] = set()
     stack = list(kernel.stores)
     while stack:
@@ -167,25 +176,23 @@ def _fill_kernel(graph: Graph, kernel: Kernel, stage_of, materialized) -> None:
         if name in seen:
             continue
         seen.add(name)
-        if is_loadable(graph, name, kernel.stage, stage_of, materialized):
+        if _is_loadable(name, kernel.stage, kinds, stage_of, materialized):
             continue
         stack += graph[name].inputs()
-    kernel.nodes = [n for n in graph.order if n in seen and is_fusible(graph[n].kind)
-                    and not is_loadable(graph, n, kernel.stage, stage_of, materialized)]
-    kernel.loads = [n for n in graph.order if n in seen and n not in kernel.nodes]
-    kernel.op_names = [graph[n].op_name for n in kernel.nodes]
+    nodes = [n for n in graph.order if n in seen and not _is_loadable(n, kernel.stage, kinds, stage_of, materialized)]
+    loads = [n for n in graph.order if n in seen and n not in nodes]
+    return replace(kernel, nodes=nodes, loads=loads, op_names=[graph[n].op_name for n in nodes])
 
 
-def _refusals(graph: Graph, kernels: list[Kernel], reasons) -> list[Refusal]:
+def _refusals(graph: Graph, kernels: list[Kernel], kinds, reasons) -> list[Refusal]:
     refusals = []
     for name in graph.order:
-        node = graph[name]
-        if node.kind == "extern":
-            for src in node.inputs():
-                if is_fusible(graph[src].kind):
+        if kinds[name] == "extern":
+            for src in graph[name].inputs():
+                if is_fusible(kinds[src]):
                     refusals.append(Refusal(src, name, f"{name} runs as an ATen call: {reasons[name]}"))
             for user in graph.users(name):
-                if is_fusible(graph[user].kind):
+                if is_fusible(kinds[user]):
                     refusals.append(Refusal(name, user, f"{name} runs as an ATen call: {reasons[name]}"))
     by_stage: dict[int, list[Kernel]] = {}
     for k in kernels:
@@ -195,23 +202,3 @@ def _refusals(graph: Graph, kernels: list[Kernel], reasons) -> list[Refusal]:
             refusals.append(Refusal(a.name, b.name, f"iteration spaces differ: {list(a.shape)} vs {list(b.shape)}"))
     return refusals
 
-
-def output_strides(meta: TensorMeta) -> tuple[int, ...]:
-    """Strides to allocate a materialized value with: the traced ones (eager's), unless they overlap.
-
-    Dense results keep eager's layout; a view returned or saved for the backward
-    (`q[..., :16]` of a [.., 64] tensor) keeps its strides too, as AOTAutograd's
-    backward graph indexes it with them: its buffer spans the view's whole
-    extent, and the kernel writes only the view's elements. A broadcast result
-    (stride 0) is written densely instead: every element it repeats holds the
-    same value, so a reader using stride 0 reads the right one either way."""
-    if all(st != 0 or size <= 1 for size, st in zip(meta.shape, meta.stride)):
-        return tuple(meta.stride)
-    from minicomp.indexing import contiguous_strides
-
-    order = sorted(range(meta.ndim), key=lambda d: (-meta.stride[d], d))
-    dense, step = [0] * meta.ndim, 1
-    for d in reversed(order):
-        dense[d] = step
-        step *= max(meta.shape[d], 1)
-    return tuple(dense) if step == meta.numel or meta.numel == 0 else tuple(contiguous_strides(meta.shape))

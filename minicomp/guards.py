@@ -182,6 +182,10 @@ class SideEffect(RuntimeError):
     """Tracing changed Python state (a module attribute, a global): the function runs eagerly."""
 
 
+class Unguarded(RuntimeError):
+    """An argument minicomp cannot watch for changes (an `Unguardable` leaf)."""
+
+
 def watch(fn, context):
     """`fn`, checked: if a call changes what `context` watches, the change is undone and
     SideEffect raised (a compiled entry would not repeat it on later calls)."""

@@ -14,12 +14,34 @@ reorders it, a slice scales and shifts it, a reshape splits and merges it with
 ones: constants fold, multiples pull out of // and %, and at render time a run
 of trailing variables whose strides match S collapses back into `offsets`
 (so a contiguous load is `x_ptr + offsets`, which Triton vectorizes).
+
+Every integer an index renders is a *size* (a dim, a stride, a slice bound)
+and is written marked, `«64»`: a kernel family (codegen/families.py) may turn
+sizes into runtime arguments, and only sizes. A literal that is a value of the
+computation (`x + 3` on int8) or that Triton needs at compile time (a tile
+shape, a reduction axis) is written plain and stays a constant.
+`resolve_sizes` writes the marks as plain literals.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
+
+SIZE = re.compile(r"«(\d+)»")
+
+
+def size(n: int) -> str:
+    """A non-negative integer that is a size, marked (the module docstring)."""
+    if n < 0:
+        raise ValueError(f"a size is non-negative, not {n}")
+    return f"«{n}»"
+
+
+def resolve_sizes(text: str) -> str:
+    """`text` with every marked size written as a plain literal."""
+    return SIZE.sub(r"\1", text)
 
 
 @dataclass(frozen=True)
@@ -58,10 +80,12 @@ class Mod:
 @dataclass(frozen=True)
 class Flat:
     """`(offsets // pitch) % count`: a run of adjacent variables at once, sum x_j * P_j / pitch.
-    `wraps` is False when the run reaches the outermost dim, whose variable needs no `%`."""
+    `wraps` is False when the run reaches the outermost dim, whose variable needs no `%`;
+    `base` is the flat index of the space the run belongs to."""
     pitch: int
     count: int
     wraps: bool
+    base: str = "offsets"
 
     @property
     def bounds(self) -> tuple[int, int]:
@@ -166,18 +190,19 @@ class Expr:
         parts = []
         for atom, c in self.terms:
             text = _render_atom(atom, name)
-            parts.append(text if c == 1 else f"{c}*{text}" if c > 0 else f"-{text}" if c == -1 else f"({c})*{text}")
+            parts.append(text if c == 1 else f"{size(c)}*{text}" if c > 0 else f"-{text}" if c == -1
+                         else f"(-{size(-c)})*{text}")
         if self.const or not parts:
-            parts.append(str(self.const))
+            parts.append(size(self.const) if self.const >= 0 else f"-{size(-self.const)}")
         out = " + ".join(parts)
         return out.replace("+ -", "- ")
 
 
 def _render_atom(atom: Atom, name: Callable[[Atom], str]) -> str:
     if isinstance(atom, FloorDiv):
-        return f"({_paren(atom.expr, name)} // {atom.divisor})"
+        return f"({_paren(atom.expr, name)} // {size(atom.divisor)})"
     if isinstance(atom, Mod):
-        return f"({_paren(atom.expr, name)} % {atom.divisor})"
+        return f"({_paren(atom.expr, name)} % {size(atom.divisor)})"
     return name(atom)
 
 
@@ -202,10 +227,12 @@ def contiguous_strides(shape) -> list[int]:
 
 
 class IterationSpace:
-    """The dims a kernel walks, outermost first, and their index variables."""
+    """The dims a kernel walks, outermost first, and their index variables, defined from
+    the flat index `base` (`offsets` in a pointwise kernel)."""
 
-    def __init__(self, shape):
+    def __init__(self, shape, base: str = "offsets"):
         self.shape = tuple(shape)
+        self.base = base
         self.numel = 1
         for s in self.shape:
             self.numel *= s
@@ -219,10 +246,10 @@ class IterationSpace:
         """Triton source of `x{dim}` in terms of `offsets`."""
         pitch = self.pitch[var.dim]
         outermost = all(s == 1 for s in self.shape[: var.dim])
-        text = "offsets" if pitch == 1 else f"offsets // {pitch}"
+        text = self.base if pitch == 1 else f"{self.base} // {size(pitch)}"
         if outermost:
             return text
-        return f"{text} % {var.size}" if pitch == 1 else f"({text}) % {var.size}"
+        return f"{text} % {size(var.size)}" if pitch == 1 else f"({text}) % {size(var.size)}"
 
     def collapse(self, expr: Expr) -> Expr:
         """Rewrite each run of adjacent variables whose coefficients are c * P_j / P_i
@@ -246,11 +273,12 @@ class IterationSpace:
             inner, top = run[0], run[-1]
             for d in run:
                 del kept[Var(d, self.shape[d])]
-            flat = Flat(self.pitch[inner], self.pitch[top] * self.shape[top] // self.pitch[inner], top != live[0])
+            flat = Flat(self.pitch[inner], self.pitch[top] * self.shape[top] // self.pitch[inner], top != live[0],
+                        self.base)
             kept[flat] = kept.get(flat, 0) + coeff[inner]
         return Expr._make(kept, expr.const)
 
 
 def render_flat(atom: Flat) -> str:
-    text = "offsets" if atom.pitch == 1 else f"(offsets // {atom.pitch})"
-    return f"({text} % {atom.count})" if atom.wraps else text
+    text = atom.base if atom.pitch == 1 else f"({atom.base} // {size(atom.pitch)})"
+    return f"({text} % {size(atom.count)})" if atom.wraps else text

@@ -1,10 +1,11 @@
 """The IR: a networkx DiGraph of typed nodes, built from an ATen-level FX graph.
 
 Each node is one ATen op (or a graph input) with the metadata of its result:
-shape, stride, dtype, device. Edges run from producer to consumer. `kind` says
-how the op lowers (see ops.py): "input", "pointwise", "view", "extern".
+shape, stride, dtype, device. Edges run from producer to consumer. Later stages
+never change it: how each op lowers is the fusion plan's business
+(`Plan.kinds`), and `graph.describe(plan.kinds)` prints the two together.
 
-    >>> print(graph)
+    >>> print(graph.describe(plan.kinds))
     x: float32[8, 64] stride (64, 1) cpu = input
     add: float32[8, 64] stride (64, 1) cpu = aten.add.Tensor(x, b)  # pointwise
 """
@@ -65,7 +66,10 @@ class Node:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     meta: TensorMeta | tuple | None = None
-    kind: str = ""  # set by fusion.plan: "input", "pointwise", "view" or "extern"
+
+    @property
+    def is_input(self) -> bool:
+        return self.target == "input"
 
     @property
     def op_name(self) -> str:
@@ -80,7 +84,8 @@ class Node:
         _collect_refs((self.args, self.kwargs), found)
         return found
 
-    def __str__(self) -> str:
+    def describe(self, kind: str | None = None) -> str:
+        """One line: name, type, the op and its arguments (and how it lowers, when `kind` is given)."""
         meta = self.meta
         if isinstance(meta, TensorMeta):
             head = f"{self.name}: {meta} stride {meta.stride} {meta.device}"
@@ -89,7 +94,10 @@ class Node:
         if self.target == "input":
             return f"{head} = input"
         args = ", ".join([repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()])
-        return f"{head} = {_target_text(self.target)}({args})  # {self.kind}"
+        return f"{head} = {_target_text(self.target)}({args})" + (f"  # {kind}" if kind else "")
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 def _collect_refs(value, found: list[str]) -> None:
@@ -136,7 +144,7 @@ class Graph:
     @property
     def inputs(self) -> list[str]:
         """The inputs a caller passes, in order (constants excluded)."""
-        return [name for name in self.order if self.nodes[name].target == "input" and name not in self.constants]
+        return [name for name in self.order if self.nodes[name].is_input and name not in self.constants]
 
     def __getitem__(self, name: str) -> Node:
         return self.nodes[name]
@@ -144,11 +152,15 @@ class Graph:
     def users(self, name: str) -> list[str]:
         return list(self.dag.successors(name))
 
-    def __str__(self) -> str:
-        lines = [str(self.nodes[name]) for name in self.order]
+    def describe(self, kinds: dict[str, str] | None = None) -> str:
+        """The graph, a node a line; with `kinds` (a plan's), each op says how it lowers."""
+        lines = [self.nodes[name].describe((kinds or {}).get(name)) for name in self.order]
         lines.append(f"return {self.outputs}")
         lines += [f"mutate {dst} <- {src}" for dst, src in self.mutations]
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 def _meta_of(value) -> TensorMeta | tuple | None:
@@ -199,7 +211,7 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
     for fx_node in gm.graph.nodes:
         if fx_node.op == "placeholder":
             name = rename.get(fx_node.name, fx_node.name)
-            nodes.append(Node(name, "input", meta=_meta_of(fx_node.meta.get("val")), kind="input"))
+            nodes.append(Node(name, "input", meta=_meta_of(fx_node.meta.get("val"))))
         elif fx_node.op == "output":
             result = fx_node.args[0]
             flat = list(result) if isinstance(result, (list, tuple)) else [result]
@@ -219,7 +231,7 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
         elif fx_node.op == "get_attr":  # a tensor constant of the trace (torch.tensor([...]) in the function)
             value = getattr(gm, fx_node.target)
             constants[fx_node.name] = value
-            nodes.append(Node(fx_node.name, "input", meta=_meta_of(value), kind="input"))
+            nodes.append(Node(fx_node.name, "input", meta=_meta_of(value)))
         else:
             raise NotImplementedError(f"FX node kind {fx_node.op!r} ({fx_node.name}) in an ATen graph")
     return Graph(nodes, outputs, mutations, constants)

@@ -20,7 +20,7 @@ import torch
 from torch.func import functional_call
 
 from minicomp import fingerprint, guards
-from minicomp.api import JitFunction
+from minicomp.function import JitFunction
 
 # nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
 _INTERNAL = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_state_dict_hooks",

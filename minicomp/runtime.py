@@ -36,13 +36,12 @@ def source_hash(source: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def compiler_hash() -> str:
-    """A hash of minicomp's own source and templates: a changed compiler never reuses old entries."""
-    from minicomp.codegen.module import TEMPLATES
-
+    """A hash of minicomp's own source and templates (package data, minicomp/templates/):
+    a changed compiler never reuses old entries."""
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")) + sorted(TEMPLATES.glob("*.j2")):
-        digest.update(path.name.encode() + path.read_bytes())
+    for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.j2")):
+        digest.update(str(path.relative_to(package)).encode() + path.read_bytes())
     return digest.hexdigest()[:20]
 
 
@@ -60,9 +59,9 @@ def load(source: str, name: str, interpret: bool) -> types.ModuleType:
     """The module whose text is `source` (written to the cache if the file is absent or differs)."""
     key = (source_hash(source), interpret)
     with _lock:
-        if key in _loaded:
-            return _loaded[key]
         path = module_path(source, name)
+        if key in _loaded and path.is_file():   # a cleared cache gets the file back
+            return _loaded[key]
         on_disk = cache.read_text(path)
         if on_disk is None:
             logs.cache.info("module %s: written", path.name)
@@ -73,9 +72,9 @@ def load(source: str, name: str, interpret: bool) -> types.ModuleType:
         else:
             logs.cache.info("module %s: reused", path.name)
         cache.debug_copy(path.name, source)
-        module = _import(source, path, interpret)
-        _loaded[key] = module
-        return module
+        if key not in _loaded:
+            _loaded[key] = _import(source, path, interpret)
+        return _loaded[key]
 
 
 def _import(source: str, path: Path, interpret: bool) -> types.ModuleType:
@@ -99,6 +98,6 @@ def _import(source: str, path: Path, interpret: bool) -> types.ModuleType:
 
 
 def forget_loaded() -> None:
-    """Drop the modules this process loaded (after `minicomp cache clear`)."""
+    """Drop the modules this process loaded (tests: the next load imports from disk)."""
     with _lock:
         _loaded.clear()

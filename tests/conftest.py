@@ -10,7 +10,6 @@ import torch
 os.environ["MINICOMP_FALLBACK"] = "raise"  # a compile failure is a test failure, never a silent eager run
 
 import minicomp  # noqa: E402
-from minicomp.codegen import families  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -18,14 +17,6 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
     os.environ["MINICOMP_CACHE_DIR"] = str(tmp_path_factory.mktemp("minicomp-cache"))
-    yield
-
-
-@pytest.fixture(autouse=True)
-def fresh_kernel_families():
-    """Each test starts with no kernel families (codegen/families.py), so which
-    kernels get runtime sizes does not depend on the tests that ran before it."""
-    families.forget()
     yield
 
 

@@ -214,7 +214,7 @@ def test_large_kernels_are_tuned_once_and_remembered(tmp_path, monkeypatch):
 
 CUDA_PROBE = textwrap.dedent("""
     import torch, minicomp
-    from minicomp.bench.workloads import bias_relu
+    from minicomp.workloads import bias_relu
     x, b = torch.randn(1000, 96, device="cuda"), torch.randn(96, device="cuda")
     assert torch.equal(minicomp.jit(bias_relu, fallback="raise")(x, b), torch.relu(x + b))
 """)

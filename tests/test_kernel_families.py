@@ -62,10 +62,10 @@ def test_a_member_that_differs_somewhere_new_widens_the_family():
     assert re.search(r"x3 = offsets % s\d", source)  # the head dim is an argument now
 
 
-def test_integer_literals_are_found_by_token_not_by_text():
-    text = "x3 = offsets % 128\ny = 1e-05 * x3 + 0.5 - q_1 + 2048\nz = tl.float32"
-    spans = families.int_literals(text)
-    assert [text[a:b] for a, b in spans] == ["128", "2048"]
+def test_only_marked_sizes_can_become_runtime_arguments():
+    text = "x3 = offsets % «128»\ny = 1e-05 * x3 + 0.5 - q_1 + 3 + «2048»\nz = tl.float32"
+    spans = families.size_spans(text)
+    assert [text[a:b] for a, b in spans] == ["«128»", "«2048»"]
 
 
 def test_a_family_serves_only_members_equal_outside_their_sizes():

@@ -68,7 +68,7 @@ def test_installed_wheel_ships_templates_and_compiles(tmp_path):
     wheel = next((tmp_path / "dist").glob("minicomp-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(tmp_path / "site"), str(wheel)], check=True)
-    assert (tmp_path / "site" / "minicomp" / "templates" / "kernel.py.j2").exists()
+    assert (tmp_path / "site" / "minicomp" / "templates" / "pointwise.py.j2").exists()
     script = ("import torch, minicomp; f = minicomp.jit(lambda x: torch.relu(x) + 1, fallback='raise'); "
               "x = torch.randn(5); assert torch.equal(f(x), torch.relu(x) + 1); "
               "print(minicomp.__file__)")

@@ -297,7 +297,7 @@ def test_16_bit_tensor_and_python_float_match_eager_exactly(device, dtype, op):
 
 
 def test_first_run_failure_falls_back_to_eager(monkeypatch):
-    from minicomp import api
+    from minicomp import function as api
 
     def broken(*args):
         raise RuntimeError("kernel launch failed")

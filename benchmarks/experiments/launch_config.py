@@ -20,7 +20,7 @@ import triton.language as tl
 import minicomp
 import minicomp.codegen.module as module
 from minicomp.bench import measure
-from minicomp.bench.workloads import WORKLOADS
+from minicomp.workloads import WORKLOADS
 
 CONFIGS = [(512, 4), (1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -7,7 +7,7 @@
 import torch
 
 import minicomp
-from minicomp.bench.workloads import WORKLOADS, rope
+from minicomp.workloads import WORKLOADS, rope
 
 inputs = WORKLOADS["rope_fwbw"].make(2048, torch.bfloat16, "cuda")
 fn = minicomp.jit(rope)

@@ -27,7 +27,7 @@ import triton.testing
 
 import minicomp
 from minicomp.bench import measure
-from minicomp.bench.workloads import WORKLOADS, rope
+from minicomp.workloads import WORKLOADS, rope
 from minicomp import config
 from minicomp.codegen import families
 

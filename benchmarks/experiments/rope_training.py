@@ -17,7 +17,7 @@ import triton.testing
 
 import minicomp
 from minicomp.bench import measure
-from minicomp.bench.workloads import WORKLOADS, rope
+from minicomp.workloads import WORKLOADS, rope
 
 CONFIGS = [(128, 1), (256, 1), (256, 2), (512, 1), (512, 2), (512, 4), (1024, 2), (1024, 4), (2048, 4),
            (1024, 8), (2048, 8), (4096, 8)]

@@ -17,7 +17,7 @@ import torch
 
 import minicomp
 from minicomp.bench import measure
-from minicomp.bench.workloads import rope
+from minicomp.workloads import rope
 from minicomp.codegen import families
 
 B, H, S, D = 8, 32, 2048, 128

@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from minicomp import runtime
-from minicomp.bench.workloads import WORKLOADS
+from minicomp.workloads import WORKLOADS
 from minicomp import config
 
 sys.path.insert(0, "benchmarks/experiments")

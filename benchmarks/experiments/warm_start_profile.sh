@@ -3,7 +3,7 @@ python -m minicomp.bench.compile_probe minicomp cuda
 python -m minicomp.bench.compile_probe minicomp cuda
 python - <<'PY'
 import cProfile, pstats, time, torch
-from minicomp.bench.workloads import bias_relu
+from minicomp.workloads import bias_relu
 x, b = torch.randn(1024, 1024, device="cuda"), torch.randn(1024, device="cuda")
 import minicomp
 fn = minicomp.jit(bias_relu)

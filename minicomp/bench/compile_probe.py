@@ -18,7 +18,7 @@ import torch
 
 def main() -> None:
     impl, device, mode = sys.argv[1], sys.argv[2], sys.argv[3:]
-    from minicomp.bench.workloads import bias_relu, rope
+    from minicomp.workloads import bias_relu, rope
 
     fn = rope if mode == ["new-seq"] else bias_relu
     if impl == "minicomp":

@@ -6,8 +6,11 @@ are the fastest form (a constant divisor compiles to a multiply and a shift,
 and lets Triton prove the contiguity behind 16-byte vector loads), but each
 new sequence length would then be new Triton text, a new compile (~0.3 s).
 
-So the first kernel of a given *skeleton* (its text with every integer literal
-blanked out) keeps its literals. When a second kernel arrives with the same
+So the first kernel of a given *skeleton* (its text with every size blanked
+out) keeps its literals. Only sizes can vary: the writer marks each integer that
+an index rendered (`«64»`, indexing.py); a literal that is a value (`x + 3` on
+an int8 tensor, where a runtime int32 would change the arithmetic) or that
+Triton needs as a constant is part of the skeleton. When a second kernel arrives with the same
 skeleton and different literals, the positions that differ become runtime
 arguments `s0, s1, ...` (positions that changed together share one), and
 that one kernel text serves every later member: the module passes the member's
@@ -18,30 +21,23 @@ about which literal means what. A member that differs somewhere new widens
 the template once more.
 
 This is Inductor's "automatic dynamic" (static first, dynamic once a size is
-seen to change) done on generated text instead of symbolic shapes.
+seen to change) done on generated text instead of symbolic shapes. The families
+belong to whoever compiles: each `minicomp.jit` function has its own
+(`Families`), so what one function saw never changes another's code.
 """
 from __future__ import annotations
 
-import io
 import threading
-import tokenize
 from dataclasses import dataclass, field, replace
 
 from minicomp import logs
 from minicomp.codegen.kernel import KernelSource
+from minicomp.indexing import SIZE, resolve_sizes
 
 
-def int_literals(text: str) -> list[tuple[int, int]]:
-    """Character spans of the decimal integer literals in Python source `text`."""
-    line_starts = [0]
-    for line in text.splitlines(keepends=True):
-        line_starts.append(line_starts[-1] + len(line))
-    spans = []
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.NUMBER and tok.string.isdigit():
-            (row, col), (end_row, end_col) = tok.start, tok.end
-            spans.append((line_starts[row - 1] + col, line_starts[end_row - 1] + end_col))
-    return spans
+def size_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the marked sizes in `text` (marks included)."""
+    return [m.span() for m in SIZE.finditer(text)]
 
 
 @dataclass
@@ -72,42 +68,44 @@ class Family:
         self.groups = list(columns.values())
 
 
-_families: dict[tuple, Family] = {}
-_lock = threading.Lock()
+class Families:
+    """The kernel families of one compiling function (jit function, Dynamo graph)."""
 
+    def __init__(self):
+        self._families: dict[tuple, Family] = {}
+        self._lock = threading.Lock()
 
-def generalize(source: KernelSource) -> KernelSource:
-    """`source` as the member of its family it is: unchanged for the first member,
-    else the family's template, with this member's values for its runtime sizes."""
-    text = "\n".join(source.body)
-    spans = int_literals(text)
-    literals = tuple(int(text[a:b]) for a, b in spans)
-    between = [text[:spans[0][0]] if spans else text]   # the skeleton: the text around the literals
-    for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), None)]):
-        between.append(text[end:nxt])
-    key = (source.name, source.wide_index, tuple(between))
-    with _lock:
-        family = _families.setdefault(key, Family(literals))
-        if literals == family.first:  # the first member keeps its constants
-            return source
-        values = family.values(literals)
-        if values is None:
-            family.widen(literals)
+    def generalize(self, source: KernelSource) -> KernelSource:
+        """`source` as the member of its family it is, sizes written out: unchanged for the first
+        member, else the family's template, with this member's values for its runtime sizes."""
+        text = "\n".join(source.body)
+        spans = size_spans(text)
+        literals = tuple(int(text[a + 1:b - 1]) for a, b in spans)
+        between = [text[:spans[0][0]] if spans else text]   # the skeleton: the text around the sizes
+        for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), None)]):
+            between.append(text[end:nxt])
+        key = (source.name, source.wide_index, tuple(between))
+        with self._lock:
+            family = self._families.setdefault(key, Family(literals))
+            if literals == family.first:  # the first member keeps its constants
+                return resolved(source)
             values = family.values(literals)
-            logs.recompiles.info("%s: sizes at %d literal positions become runtime arguments",
-                                 source.name, sum(map(len, family.groups)))
-        groups = family.groups
-    names = [f"s{i}" for i in range(len(groups))]
-    name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
-    pieces = [between[0]]
-    for p, (a, b) in enumerate(spans):
-        pieces += [name_at.get(p, text[a:b]), between[p + 1]]
-    sizes = ", ".join(f"{n} = {v}" for n, v in zip(names, values))
-    return replace(source, body="".join(pieces).split("\n"), sizes=names, size_values=values,
-                   header=source.header + [f"  runtime sizes: {sizes} (a kernel family, codegen/families.py)"])
+            if values is None:
+                family.widen(literals)
+                values = family.values(literals)
+                logs.recompiles.info("%s: sizes at %d literal positions become runtime arguments",
+                                     source.name, sum(map(len, family.groups)))
+            groups = family.groups
+        names = [f"s{i}" for i in range(len(groups))]
+        name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
+        pieces = [between[0]]
+        for p, (a, b) in enumerate(spans):
+            pieces += [name_at.get(p, text[a + 1:b - 1]), between[p + 1]]
+        sizes = ", ".join(f"{n} = {v}" for n, v in zip(names, values))
+        return replace(source, body="".join(pieces).split("\n"), sizes=names, size_values=values,
+                       header=source.header + [f"  runtime sizes: {sizes} (a kernel family, codegen/families.py)"])
 
 
-def forget() -> None:
-    """Drop every family (tests start from a clean slate)."""
-    with _lock:
-        _families.clear()
+def resolved(source: KernelSource) -> KernelSource:
+    """`source` with its sizes written as plain literals (a kernel outside any family)."""
+    return replace(source, body=[resolve_sizes(line) for line in source.body])

@@ -5,34 +5,33 @@ between, copies mutated inputs back and returns the graph's outputs. Everything
 that depends on the input signature (shapes, strides, element counts) is a
 literal here, so a call does no work beyond launching; each kernel is launched
 through a `Launch` (launch.py) that picks its configuration on the first call.
+
+Each kernel is written by the writer of its kind (`WRITERS`) and rendered with
+that kind's template (`minicomp/templates/<kind>.py.j2`).
 """
 from __future__ import annotations
 
 import operator
 import re
-from pathlib import Path
+from typing import Callable
 
-import jinja2
 import torch
 
-from minicomp.codegen import families
-from minicomp.codegen.kernel import write_kernel
-from minicomp.fusion import Extern, Plan, output_strides
+from minicomp.codegen import pointwise
+from minicomp.codegen.families import Families
+from minicomp.codegen.kernel import KernelSource
+from minicomp.fusion import Extern, Kernel, Plan
 from minicomp.ir import Ref, TensorMeta
+from minicomp.templates import ENV
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-if not TEMPLATES.is_dir():  # running from a source checkout: templates/ sits beside the package
-    TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
-ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-)
+# kernel kind -> its writer; each kind's template is templates/<kind>.py.j2
+WRITERS: dict[str, Callable[[Plan, Kernel], KernelSource]] = {"pointwise": pointwise.write}
 
 
-def render_module(plan: Plan, function: str = "fn") -> str:
+def render_module(plan: Plan, function: str = "fn", families: Families | None = None) -> str:
+    """The module's source. `families`: the compiling function's kernel families (a fresh
+    set when not given: every size a literal)."""
+    families = families if families is not None else Families()
     graph = plan.graph
     device = _device(plan)
     kernels: list[str] = []
@@ -43,14 +42,14 @@ def render_module(plan: Plan, function: str = "fn") -> str:
             continue
         for name in step.stores:
             meta = graph[name].meta
-            wrapper.append(f"{name} = torch.empty_strided({meta.shape}, {output_strides(meta)}, "
+            wrapper.append(f"{name} = torch.empty_strided({meta.shape}, {plan.strides[name]}, "
                            f"dtype={meta.dtype}, device={str(meta.device)!r})")
         if graph[step.stores[0]].meta.numel == 0:
             continue
-        source = families.generalize(write_kernel(plan, step))
+        source = families.generalize(WRITERS[step.kind](plan, step))
         launcher = f"launch_{len(kernels)}"
-        kernels.append(ENV.get_template("kernel.py.j2").render(**vars(source), launcher=launcher,
-                                                               device=str(device)).rstrip())
+        kernels.append(ENV.get_template(f"{step.kind}.py.j2").render(**vars(source), launcher=launcher,
+                                                                     device=str(device)).rstrip())
         args = source.args + [str(source.numel)] + [str(v) for v in source.size_values]
         wrapper.append(f"{launcher}({', '.join(args)})  # {source.name}")
     wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
@@ -61,7 +60,7 @@ def render_module(plan: Plan, function: str = "fn") -> str:
         device=device,
         inputs=[_doc(f"{n}: {graph[n].meta} stride {graph[n].meta.stride}" if isinstance(graph[n].meta, TensorMeta)
                      else f"{n}: {graph[n].meta}") for n in graph.inputs],
-        graph=[_doc(line) for line in str(graph).splitlines()],
+        graph=[_doc(line) for line in graph.describe(plan.kinds).splitlines()],
         plan=[_doc(line) for line in str(plan).splitlines()],
         kernels=kernels,
         args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),

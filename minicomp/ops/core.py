@@ -25,7 +25,11 @@ class Value:
 
 
 class Writer(Protocol):
-    """What lowering rules need from the kernel writer (codegen.kernel)."""
+    """What lowering rules need from the kernel writer (codegen/kernel.py): values at an index,
+    index text, comparisons, helper lines, and the tile every value has (`[BLOCK_SIZE]` in a
+    pointwise kernel), so one rule serves every kernel kind."""
+
+    tile: str
 
     def value(self, name: str, index: tuple[Expr, ...], mask: tuple[str, ...]) -> Value: ...
     def temp(self, code: str, dtype: torch.dtype, hint: str) -> Value: ...
@@ -88,6 +92,11 @@ class Op:
 
     def param(self, name: str):
         return self.args.get(name)
+
+    @property
+    def tile(self) -> str:
+        """The shape of every value in the kernel, as Triton source (`tl.full(op.tile, ...)`)."""
+        return self.writer.tile
 
     def value(self, name: str, index=None, mask=None) -> Value:
         """The operand named `name` as a Value, broadcast to this node's index."""

@@ -273,7 +273,7 @@ def copy(op: Op) -> str:
 def full(op: Op) -> str:
     name = "fill_value" if "fill_value" in op.args else "value" if op.args.get("value") is not None else "s"
     value = op.scalar(name)
-    return f"tl.full([BLOCK_SIZE], {literal(value, op.compute)}, {dtypes.triton_dtype(op.compute)})"
+    return f"tl.full({op.tile}, {literal(value, op.compute)}, {dtypes.triton_dtype(op.compute)})"
 
 
 @pointwise("arange")
@@ -281,7 +281,7 @@ def arange(op: Op) -> str:
     start, step = op.param("start") or 0, op.param("step") or 1
     dtype = dtypes.triton_dtype(op.compute)
     if op.index[0].is_const:
-        return f"tl.full([BLOCK_SIZE], {literal(start + step * op.index[0].const, op.compute)}, {dtype})"
+        return f"tl.full({op.tile}, {literal(start + step * op.index[0].const, op.compute)}, {dtype})"
     i = op.writer.index_text(op.index[0])
     if op.compute == torch.int64:   # the index is int32: widen before multiplying (2**30 steps overflow)
         return f"({i}).to(tl.int64) * {literal(step, op.compute)} + {literal(start, op.compute)}"

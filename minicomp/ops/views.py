@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from minicomp.dtypes import literal
-from minicomp.indexing import Expr, const, contiguous_strides
+from minicomp.indexing import Expr, const, contiguous_strides, size
 from minicomp.ir import TensorMeta
 from minicomp.ops.core import Condition, Op, all_of, broadcast_index, cast, indexed, view
 
@@ -206,7 +206,7 @@ def _in_slice(op: Op, d: int) -> tuple[Condition, Expr]:
     if step != 1:
         offset = pos - start
         conds.append(offset.const % step == 0 if offset.is_const
-                     else f"(({op.writer.index_text(pos)} - {start}) % {step} == 0)")
+                     else f"(({op.writer.index_text(offset)}) % {size(step)} == 0)")
     return all_of(conds), (pos - start).floordiv(step)
 
 

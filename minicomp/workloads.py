@@ -1,4 +1,8 @@
-"""Benchmark workloads: the seed functions and how to make their inputs at a size."""
+"""The seed workloads: the functions minicomp is measured on and how to make their inputs.
+
+A bottom-layer module (it imports torch only): the demo, `minicomp explain`,
+the benchmark and the tests all read it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,9 +49,6 @@ class Workload:
     make: Callable[[int, torch.dtype, torch.device], list]  # size -> inputs
     sizes: list[int]            # the sweep; the last is the headline size
     backward: bool = False      # time forward + backward
-
-    def label(self, size: int) -> str:
-        return f"{self.name}[{size}]"
 
 
 def _matrix(n_inputs: int, with_bias: bool):

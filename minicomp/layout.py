@@ -1,0 +1,24 @@
+"""The memory layout of a value a kernel writes: the strides it is allocated and stored with."""
+from __future__ import annotations
+
+from minicomp.indexing import contiguous_strides
+from minicomp.ir import TensorMeta
+
+
+def output_strides(meta: TensorMeta) -> tuple[int, ...]:
+    """Strides to allocate a materialized value with: the traced ones (eager's), unless they overlap.
+
+    Dense results keep eager's layout; a view returned or saved for the backward
+    (`q[..., :16]` of a [.., 64] tensor) keeps its strides too, as AOTAutograd's
+    backward graph indexes it with them: its buffer spans the view's whole
+    extent, and the kernel writes only the view's elements. A broadcast result
+    (stride 0) is written densely instead: every element it repeats holds the
+    same value, so a reader using stride 0 reads the right one either way."""
+    if all(st != 0 or size <= 1 for size, st in zip(meta.shape, meta.stride)):
+        return tuple(meta.stride)
+    order = sorted(range(meta.ndim), key=lambda d: (-meta.stride[d], d))
+    dense, step = [0] * meta.ndim, 1
+    for d in reversed(order):
+        dense[d] = step
+        step *= max(meta.shape[d], 1)
+    return tuple(dense) if step == meta.numel or meta.numel == 0 else tuple(contiguous_strides(meta.shape))
