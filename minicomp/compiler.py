@@ -7,13 +7,17 @@ Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
 from __future__ import annotations
 
 import functools
+import types
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 import torch.fx
 
 from minicomp import codegen, fusion, ir, logs, runtime
 from minicomp.codegen.families import Families
+from minicomp.codegen.module import KernelCall
+from minicomp.launch import Launch
 from minicomp.fusion import Plan
 from minicomp.ir import Graph, TensorMeta
 
@@ -26,6 +30,25 @@ class Compiled:
     source: str
     call: Callable             # call(*input tensors) -> tuple of outputs
     interpret: bool            # runs through Triton's interpreter (CPU tensors)
+    module: types.ModuleType   # the generated module
+    kernels: list[KernelCall]  # its kernel launches, in order
+
+    def launch(self, kernel: KernelCall) -> Launch:
+        """The `Launch` (launch.py) of one of `kernels`: `.kernel` is the @triton.jit function."""
+        return getattr(self.module, kernel.launcher)
+
+    def bare_arguments(self, kernel: KernelCall, inputs: list[torch.Tensor]) -> list:
+        """Launch arguments for `kernel` on these graph inputs, with fresh outputs: for running
+        one kernel of a one-kernel module by hand (the benchmark's bare Triton launch)."""
+        values = dict(zip(self.graph.inputs, inputs))
+        for name in kernel.writes:
+            meta = self.graph[name].meta
+            values[name] = torch.empty_strided(meta.shape, self.plan.strides[name], dtype=meta.dtype,
+                                               device=meta.device)
+        missing = [b for b in kernel.buffers if b not in values]
+        if missing:
+            raise ValueError(f"{kernel.name} reads {missing}, which are not graph inputs")
+        return kernel.arguments(values)
 
 
 def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None,
@@ -36,12 +59,13 @@ def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[
     logs.graph.info("%s: IR\n%s", name, graph)
     plan = fusion.plan(graph)                    # kinds, kernels, extern calls, their order, refusals
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
-    source = codegen.render_module(plan, name, families)   # Triton kernels + Python wrapper, as text
+    rendered = codegen.render_module(plan, name, families)   # Triton kernels + Python wrapper, as text
+    source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
     interpret = _runs_on_cpu(graph)
     module = runtime.load(source, name, interpret)
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
-    return Compiled(gm, graph, plan, source, call, interpret)
+    return Compiled(gm, graph, plan, source, call, interpret, module, rendered.kernels)
 
 
 def _runs_on_cpu(graph: Graph) -> bool:

@@ -1,16 +1,16 @@
-"""Measure launch configurations for the generated kernels (and one hand-split RoPE reference).
+"""Launch configurations of the generated kernels (and one hand-split RoPE reference), timed.
 
-    PYTHONPATH=. python benchmarks/experiments/launch_config.py OUT.json
+    python -m benchmarks.experiments.launch_config OUT.json
 
-For each headline workload and dtype, compile it with each (BLOCK_SIZE,
-num_warps) and time it the way `minicomp bench` does (median of do_bench over
-input sets that rotate past L2), as a multiple of the memory floor. The
-reference row `rope_fw split-halves` is a hand-written Triton kernel that
-reads each half of the head dim as its own contiguous block (no masks, no
-select): it says how close to the floor a RoPE kernel can get on this GPU.
-It is a measurement aid only; minicomp never emits it.
+For each headline workload and dtype, minicomp's module runs with each
+(BLOCK_SIZE, num_warps) as its only launch candidate (config.override, a fresh
+cache each time) and is timed the way `minicomp bench` times (median of
+do_bench over input sets that rotate past L2), as a multiple of the memory
+floor, beside Inductor. The reference `split-halves` is a hand-written Triton
+kernel that reads each half of the head dim as its own block (no masks, no
+select): how close to the floor RoPE can get on this GPU. A measurement aid
+only; minicomp never emits it. launch.py's defaults come from this sweep.
 """
-import json
 import sys
 
 import torch
@@ -18,7 +18,8 @@ import triton
 import triton.language as tl
 
 import minicomp
-import minicomp.codegen.module as module
+from benchmarks.experiments import harness
+from minicomp import config
 from minicomp.bench import measure
 from minicomp.workloads import WORKLOADS
 
@@ -61,36 +62,35 @@ def split_halves(rows_per_program, warps):
     return run
 
 
-def main(path):
-    bandwidth = measure.copy_bandwidth("cuda")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    original = module.launch_config
+def main(argv=None):
+    run = harness.parse(argv, __doc__)
+    bandwidth = run.bandwidth()
     rows = []
-    for wname in ["rope_fw", "rope_fwbw", "gelu_tanh", "bias_relu", "lora_epilogue", "swiglu"]:
+    for wname in ["rope_fw", "gelu_tanh", "bias_relu", "lora_epilogue", "swiglu"]:
         work = WORKLOADS[wname]
         for dname, dtype in DTYPES.items():
-            size = work.sizes[-1]
-            sets = measure.input_sets(work.make, size, dtype, "cuda", l2)
+            sets = run.input_sets(work.make, 8 if run.tiny else work.sizes[-1], dtype)
             moved = measure.floor_bytes(sets[0], measure.flat_tensors(work.fn(*sets[0])), work.backward)
             floor = moved / bandwidth * 1e3
 
             def record(impl, fn, **extra):
-                ms = measure.time_ms(fn, sets, work.backward)
+                ms = run.time_ms(fn, sets, work.backward)
                 rows.append(dict(workload=wname, dtype=dname, impl=impl, ms=ms, x_floor=ms / floor, **extra))
                 print(rows[-1], flush=True)
 
-            record("inductor", torch.compile(work.fn))
-            for block, warps in CONFIGS:
-                module.launch_config = lambda numel, device, b=block, w=warps: (
-                    (b, w) if device.type == "cuda" and numel > 4096 else original(numel, device))
-                record("minicomp", minicomp.jit(work.fn), block=block, warps=warps)
-            module.launch_config = original
+            if not run.tiny:
+                record("inductor", torch.compile(work.fn))
+            for block, warps in CONFIGS[:1] if run.tiny else CONFIGS:
+                harness.fresh_cache()
+                with config.override(launch_candidates=[(block, warps)], tune_min_numel=0):
+                    fn = minicomp.jit(work.fn)
+                    fn(*sets[0])   # chooses its (only) configuration
+                record("minicomp", fn, block=block, warps=warps)
             if wname == "rope_fw":
-                for rpp, warps in [(8, 4), (16, 4), (32, 4), (32, 8)]:
+                for rpp, warps in [(8, 4)] if run.tiny else [(8, 4), (16, 4), (32, 4), (32, 8)]:
                     record("split-halves", split_halves(rpp, warps), block=rpp * 128, warps=warps)
-    json.dump(dict(device=torch.cuda.get_device_name(), bandwidth_gbps=bandwidth / 1e9, rows=rows),
-              open(path, "w"), indent=1)
+    run.write(bandwidth_gbps=bandwidth / 1e9, rows=rows)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -1,6 +1,6 @@
 """Why the RoPE backward kernel runs slower than the forward: variants of its text, timed.
 
-    PYTHONPATH=. python benchmarks/experiments/rope_backward_variants.py OUT.json
+    python -m benchmarks.experiments.rope_backward_variants OUT.json
 
 q, k of [8, 32, 2048, 128] in bfloat16 and float32. `generated` is minicomp's
 backward kernel as emitted; `loads first` moves its full-row loads (tangents
@@ -12,26 +12,18 @@ aid: minicomp never emits it). Each as a multiple of the memory floor, at the
 launch configuration minicomp tuned for the generated kernel.
 
 This studies the masked form of the kernel, from before codegen/split.py:
-splitting is switched off here (config.override(max_parts=1)) so that it still does.
+splitting is switched off here (config max_parts = 1) so that it still does.
 rope_split.py compares the masked and the split kernels.
 """
-import importlib.util
 import inspect
-import itertools
-import json
 import re
 import sys
-import tempfile
 
 import torch
 import triton
 import triton.language as tl
-import triton.testing
 
-import minicomp
-from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS, rope
-from minicomp import config
+from benchmarks.experiments import harness
 
 
 @triton.jit
@@ -59,23 +51,11 @@ def _select_one(g_ptr, out_ptr, offsets, mask, low, x3, cos, sin_hi, sin_lo):
     tl.store(out_ptr + offsets, (g * cos + rotated).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def variant(kernel_source: str, name: str, transform):
-    """Import `transform(kernel_source)` as a kernel (Triton reads source from a file)."""
-    text = "import triton\nimport triton.language as tl\n\n" + transform(kernel_source)
-    path = tempfile.NamedTemporaryFile("w", suffix=f"_{name.replace(' ', '_')}.py", delete=False)
-    path.write(text)
-    path.close()
-    spec = importlib.util.spec_from_file_location(f"variant_{abs(hash(text))}", path.name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, re.search(r"^def (\w+)", kernel_source, re.M).group(1))
-
-
 def loads_first(source: str) -> str:
     lines = source.splitlines()
     body = [i for i, line in enumerate(lines) if line.startswith("    ")]
     full = [i for i in body if re.search(r"tl\.load\(\w+_ptr \+ (offsets|\(\(offsets % \d+\)\)),", lines[i])]
-    anchor = next(i for i in body if lines[i].strip().startswith("x3 ="))
+    anchor = [i for i in body if re.match(r"\s+x\d+ = ", lines[i])][-1]   # after the index variables
     moved = [lines[i] for i in full]
     rest = [line for i, line in enumerate(lines) if i not in full]
     at = rest.index(lines[anchor]) + 1
@@ -89,47 +69,41 @@ def eviction_hints(source: str) -> str:
     return re.sub(r"tl\.load\((\w+)_ptr(.*?), other=0\)", hint, source)
 
 
-def main(path):
-    with config.override(max_parts=1):   # the masked kernel this experiment is about
-        measure_variants(path)
-
-
-def measure_variants(path):
-    bandwidth = measure.copy_bandwidth("cuda")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+def main(argv=None):
+    run = harness.parse(argv, __doc__)
+    bandwidth = run.bandwidth()
     rows = []
     for dname, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
-        sets = measure.input_sets(WORKLOADS["rope_fwbw"].make, 2048, dtype, "cuda", l2)
-        fn = minicomp.jit(rope)
-        entry = fn.entry(*sets[0])
-        torch.autograd.backward(fn(*sets[0]), [torch.ones_like(sets[0][0])] * 2)  # compiles the backward
-        with torch.no_grad():
+        sets = run.input_sets(run.rope_inputs(), 8 if run.tiny else 2048, dtype)
+        _, backward = harness.rope_modules(sets[0], max_parts=1)   # the masked kernel this is about
+        with torch.no_grad():   # the backward graph's inputs: what the forward saved, one gradient per output
             bw_sets = [[s[2], s[3], torch.randn_like(s[0]), torch.randn_like(s[1])] for s in sets]
-        floor = (2 * measure.tensor_bytes(bw_sets[0][2:]) + measure.tensor_bytes(bw_sets[0][:2])) / bandwidth * 1e3
-        launch = sys.modules[entry.backward.call.__module__].launch_0
-        block, warps = launch.config
-        source = inspect.getsource(launch.kernel.fn)   # with its @triton.jit line
-        kernels = {"generated": launch.kernel,
-                   "loads first": variant(source, "loads first", loads_first),
-                   "eviction hints": variant(source, "eviction hints", eviction_hints),
-                   "select": rope_backward_select}
+        floor = (2 * measure_bytes(bw_sets[0][2:]) + measure_bytes(bw_sets[0][:2])) / bandwidth * 1e3
+        launch_bare = harness.bare(backward)
+        block, warps = launch_bare.launch.config or (1024, 4)
+        source = inspect.getsource(launch_bare.launch.kernel.fn)   # with its @triton.jit line
+        kernels = {"generated": None,
+                   "loads first": harness.kernel_from_text(source, "loads first", loads_first),
+                   "eviction hints": harness.kernel_from_text(source, "eviction hints", eviction_hints)}
+        order = [backward.graph.inputs.index(b) for b in backward.kernels[0].buffers[:4]]
+        if not run.tiny and order == [3, 1, 0, 2]:   # written for [.., 2048, 128], parameters (g2, sin, cos, g1)
+            kernels["select"] = rope_backward_select
         expected = None
         for name, kernel in kernels.items():
-            def run(cos, sin, g1, g2, kernel=kernel):
-                out = torch.empty_like(g1), torch.empty_like(g2)
-                kernel[(launch.grid(block),)](g2, sin, cos, g1, *out, launch.numel, BLOCK_SIZE=block,
-                                              num_warps=warps)
-                return out
-            got = run(*bw_sets[0])
+            def once(*inputs, kernel=kernel):
+                return launch_bare(*inputs, block=block, warps=warps, kernel=kernel)
+            got = once(*bw_sets[0])
             expected = expected or got
             torch.testing.assert_close(got, expected)
-            cycle = itertools.cycle(bw_sets)
-            ms = triton.testing.do_bench(lambda: run(*next(cycle)), warmup=25, rep=200, return_mode="median")
+            ms = run.bench(once, bw_sets)
             rows.append(dict(dtype=dname, kernel=name, config=[block, warps], ms=ms, x_floor=ms / floor))
             print(rows[-1], flush=True)
-    json.dump(dict(device=torch.cuda.get_device_name(), bandwidth_gbps=bandwidth / 1e9, rows=rows),
-              open(path, "w"), indent=1)
+    run.write(bandwidth_gbps=bandwidth / 1e9, rows=rows)
+
+
+def measure_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -1,6 +1,6 @@
 """Where RoPE forward + backward spends its time beyond the memory floor.
 
-    PYTHONPATH=. python benchmarks/experiments/rope_training.py OUT.json
+    python -m benchmarks.experiments.rope_training OUT.json
 
 For q, k of [8, 32, 2048, 128] in float32 and bfloat16: the whole training
 step (as `minicomp bench` times it), the forward kernel alone, the backward
@@ -12,35 +12,21 @@ import json
 import sys
 
 import torch
-import triton
-import triton.testing
 
 import minicomp
+from benchmarks.experiments import harness
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS, rope
+from minicomp.workloads import rope
 
 CONFIGS = [(128, 1), (256, 1), (256, 2), (512, 1), (512, 2), (512, 4), (1024, 2), (1024, 4), (2048, 4),
            (1024, 8), (2048, 8), (4096, 8)]
 
 
-def bench_rotating(run, sets) -> float:
-    """Median ms of run(*set) over rotating sets (so L2 never holds the inputs)."""
-    import itertools
-    cycle = itertools.cycle(sets)
-    return triton.testing.do_bench(lambda: run(*next(cycle)), warmup=25, rep=200, return_mode="median")
-
-
-def config_sweep(launch, arrange, sets, floor_ms) -> dict[str, float]:
-    """One generated kernel at each of CONFIGS, as a multiple of the floor; `arrange`
-    puts a set's tensors in the kernel's parameter order (its two outputs follow)."""
-    result = {}
-    for block, warps in CONFIGS:
-        def run(*inputs, block=block, warps=warps):
-            args = arrange(*inputs)
-            launch.kernel[(launch.grid(block),)](*args, torch.empty_like(args[0]), torch.empty_like(args[-1]),
-                                                 launch.numel, BLOCK_SIZE=block, num_warps=warps)
-        result[f"{block}x{warps}"] = bench_rotating(run, sets) / floor_ms
-    return result
+def config_sweep(run, compiled, sets, floor_ms) -> dict[str, float]:
+    """The module's one kernel at each of CONFIGS, as a multiple of the floor."""
+    launch_bare = harness.bare(compiled)
+    return {f"{block}x{warps}": run.bench(lambda *s, b=block, w=warps: launch_bare(*s, block=b, warps=w), sets)
+            / floor_ms for block, warps in (CONFIGS[:1] if run.tiny else CONFIGS)}
 
 
 def gpu_busy(step, steps: int = 10) -> dict:
@@ -61,36 +47,32 @@ def gpu_busy(step, steps: int = 10) -> dict:
     return dict(span_us_per_step=(end - start) / steps, kernel_us_per_step=by_name)
 
 
-def main(path):
-    bandwidth = measure.copy_bandwidth("cuda")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    work = WORKLOADS["rope_fwbw"]
+def main(argv=None):
+    run = harness.parse(argv, __doc__)
+    bandwidth = run.bandwidth()
     rows = []
     for dname, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-        sets = measure.input_sets(work.make, 2048, dtype, "cuda", l2)
+        sets = run.input_sets(run.rope_inputs(), 8 if run.tiny else 2048, dtype)
         floor = lambda nbytes: nbytes / bandwidth * 1e3  # noqa: E731
+        harness.fresh_cache()
         fn = minicomp.jit(rope)
         entry = fn.entry(*sets[0])
         row = dict(dtype=dname)
         moved = measure.floor_bytes(sets[0], measure.flat_tensors(rope(*sets[0])), True)
-        row["step_x_floor"] = measure.time_ms(fn, sets, True) / floor(moved)
+        row["step_x_floor"] = run.time_ms(fn, sets, True) / floor(moved)
 
         with torch.no_grad():
             forward_sets = [[t.detach() for t in s] for s in sets]
             fw_bytes = measure.tensor_bytes(forward_sets[0]) + measure.tensor_bytes(forward_sets[0][:2])  # + outputs
-            row["forward_x_floor"] = bench_rotating(entry.forward.call, forward_sets) / floor(fw_bytes)
+            row["forward_x_floor"] = run.bench(entry.forward.call, forward_sets) / floor(fw_bytes)
             # backward inputs: what the forward saved (cos, sin) and one gradient per output
             backward_sets = [[s[2], s[3], torch.randn_like(s[0]), torch.randn_like(s[1])] for s in forward_sets]
             bw_bytes = 2 * measure.tensor_bytes(backward_sets[0][2:]) + measure.tensor_bytes(backward_sets[0][:2])
-            row["backward_x_floor"] = bench_rotating(entry.backward.call, backward_sets) / floor(bw_bytes)
-            backward = sys.modules[entry.backward.call.__module__].launch_0
-            row["backward_tuned_config"] = list(backward.config)
-            # each kernel's launch order: (g2, sin, cos, g1) backward, (q, cos, sin, k) forward
-            row["backward_kernel_x_floor_by_config"] = config_sweep(
-                backward, lambda cos, sin, g1, g2: (g2, sin, cos, g1), backward_sets, floor(bw_bytes))
-            row["forward_kernel_x_floor_by_config"] = config_sweep(
-                sys.modules[entry.forward.call.__module__].launch_0, lambda q, k, cos, sin: (q, cos, sin, k),
-                forward_sets, floor(fw_bytes))
+            row["backward_x_floor"] = run.bench(entry.backward.call, backward_sets) / floor(bw_bytes)
+            row["backward_tuned_config"] = list(entry.backward.launch(entry.backward.kernels[0]).config or [])
+            row["backward_kernel_x_floor_by_config"] = config_sweep(run, entry.backward, backward_sets,
+                                                                    floor(bw_bytes))
+            row["forward_kernel_x_floor_by_config"] = config_sweep(run, entry.forward, forward_sets, floor(fw_bytes))
 
         pairs = [(s, [torch.randn_like(s[0]), torch.randn_like(s[1])]) for s in sets]
 
@@ -102,14 +84,14 @@ def main(path):
                 t.grad = None
         for _ in range(5):
             step()
-        row["profile"] = gpu_busy(step)
+        if not run.tiny:
+            row["profile"] = gpu_busy(step)
         row["floor_us_per_step"] = floor(moved) * 1e3
         row["backward_source"] = entry.backward.source[entry.backward.source.index("@triton.jit"):]
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "backward_source"}), flush=True)
-    json.dump(dict(device=torch.cuda.get_device_name(), bandwidth_gbps=bandwidth / 1e9, rows=rows),
-              open(path, "w"), indent=1)
+    run.write(bandwidth_gbps=bandwidth / 1e9, rows=rows)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -1,6 +1,6 @@
 """What a runtime size costs: RoPE with its sequence length as a constant vs as a kernel argument.
 
-    PYTHONPATH=. python benchmarks/experiments/runtime_sizes.py OUT.json
+    python -m benchmarks.experiments.runtime_sizes OUT.json
 
 A kernel family (minicomp/codegen/families.py) turns the literals that differ
 between two signatures into runtime arguments: for RoPE in the [B, H, S, D]
@@ -10,15 +10,14 @@ compiled first (its literals stay constants), and compiled after a call at
 another sequence length (its sequence-length literals are arguments). Timed
 the way `minicomp bench` times, as a multiple of the memory floor.
 """
-import json
 import sys
 
 import torch
 
 import minicomp
+from benchmarks.experiments import harness
 from minicomp.bench import measure
 from minicomp.workloads import rope
-from minicomp.codegen import families
 
 B, H, S, D = 8, 32, 2048, 128
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -34,30 +33,29 @@ def make(layout: str, backward: bool):
     return inputs
 
 
-def main(path):
-    bandwidth = measure.copy_bandwidth("cuda")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+def main(argv=None):
+    run = harness.parse(argv, __doc__)
+    seq = 8 if run.tiny else S
+    bandwidth = run.bandwidth()
     rows = []
     for layout in ("BHSD", "BSHD"):
         for backward in (False, True):
             for dname, dtype in DTYPES.items():
                 inputs = make(layout, backward)
-                sets = measure.input_sets(inputs, S, dtype, "cuda", l2)
+                sets = run.input_sets(inputs, seq, dtype)
                 moved = measure.floor_bytes(sets[0], measure.flat_tensors(rope(*sets[0])), backward)
                 for sizes in ("constants", "runtime"):
-                    families.forget()
-                    fn = minicomp.jit(rope)
+                    fn = minicomp.jit(rope)   # a new function: no kernel families yet
                     if sizes == "runtime":   # another sequence length first: S becomes an argument
-                        fn(*inputs(S // 2, dtype, "cuda"))
+                        fn(*inputs(seq // 2, dtype, run.device))
                     source = fn.source(*sets[0])
-                    ms = measure.time_ms(fn, sets, backward)
+                    ms = run.time_ms(fn, sets, backward)
                     rows.append(dict(layout=layout, backward=backward, dtype=dname, sizes=sizes, ms=ms,
                                      x_floor=ms / (moved / bandwidth * 1e3),
                                      runtime_sizes=source.count("runtime sizes:")))
                     print(rows[-1], flush=True)
-    json.dump(dict(device=torch.cuda.get_device_name(), bandwidth_gbps=bandwidth / 1e9, shape=[B, H, S, D],
-                   rows=rows), open(path, "w"), indent=1)
+    run.write(bandwidth_gbps=bandwidth / 1e9, shape=[B, H, seq, D], rows=rows)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -1,6 +1,6 @@
 """Instructions per element of the RoPE kernels, from their SASS, without a GPU.
 
-    .venv/bin/python benchmarks/experiments/sass_count.py
+    python -m benchmarks.experiments.sass_count OUT.json
 
 Triton compiles for a target it is told (sm_90 here) on any machine: its
 wheel carries ptxas and nvdisasm. For q, k of [8, 32, 2048, 128] in float32
@@ -21,12 +21,9 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from minicomp import runtime
+from benchmarks.experiments import harness
+from minicomp import config, runtime
 from minicomp.workloads import WORKLOADS
-from minicomp import config
-
-sys.path.insert(0, "benchmarks/experiments")
-from rope_split import rope_entry  # noqa: E402
 
 BLOCK, WARPS = 512, 4
 NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
@@ -48,25 +45,33 @@ def sass(launch, dtype) -> list[str]:
     return [line for line in text.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line) and "NOP" not in line]
 
 
-def kernels(dtype, max_parts):
-    entry = rope_entry(WORKLOADS["rope_fwbw"].make(2048, dtype, "cpu"), max_parts)
+def kernels(run, dtype, max_parts):
+    make = run.rope_inputs() if run.tiny else WORKLOADS["rope_fwbw"].make
+    modules = harness.rope_modules(make(8 if run.tiny else 2048, dtype, "cpu"), max_parts)
     # the modules were imported for Triton's interpreter (CPU tensors): import their text compiled
-    return {part: runtime.load(getattr(entry, part).source, f"sass_{part}", interpret=False).launch_0
-            for part in ("forward", "backward")}
+    result = {}
+    for part, compiled in zip(("forward", "backward"), modules):
+        module = runtime.load(compiled.source, f"sass_{part}", interpret=False)
+        result[part] = getattr(module, compiled.kernels[0].launcher)
+    return result
 
 
-def main():
+def main(argv=None):
+    run = harness.parse(argv, __doc__)
     threads = WARPS * 32
+    rows = []
     for dtype in (torch.float32, torch.bfloat16):
         for label, max_parts in (("masked", 1), ("split", config.DEFAULTS["max_parts"])):
-            for part, launch in kernels(dtype, max_parts).items():
+            for part, launch in kernels(run, dtype, max_parts).items():
                 lines = sass(launch, dtype)
                 per_thread = BLOCK * launch.parts // threads
                 ops = collections.Counter(re.search(r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_]+)", line).group(1)
                                           for line in lines)
-                print(f"{str(dtype)[6:]:9} {part:8} {label:6}: {len(lines):4} instructions / {per_thread} "
-                      f"elements = {len(lines) / per_thread:5.1f} per element  {dict(ops.most_common(6))}")
+                rows.append(dict(dtype=str(dtype)[6:], part=part, kernel=label, instructions=len(lines),
+                                 per_element=len(lines) / per_thread, top=dict(ops.most_common(6))))
+                print(rows[-1], flush=True)
+    run.write(target="sm_90", block=BLOCK, warps=WARPS, rows=rows)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

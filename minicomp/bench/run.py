@@ -116,14 +116,16 @@ def overhead() -> dict[str, float]:
     result = {name: measure.per_call_us(fn, (x, b)) for name, fn in impls.items()}
     compiled = impls["minicomp"].compiled(x, b)
     result["minicomp call() alone"] = measure.per_call_us(compiled.call, (x, b))
-    launch = sys.modules[compiled.call.__module__].launch_0   # the one kernel, launched bare through Triton
+    [kernel] = compiled.kernels   # the one kernel, launched bare through Triton
+    launch = compiled.launch(kernel)
     block, warps = launch.config
-    out = torch.empty_like(x)
+    args = compiled.bare_arguments(kernel, [x, b])
     result["bare Triton launch (kernel[grid](...))"] = measure.per_call_us(
-        lambda: launch.kernel[(launch.grid(block),)](x, b, out, x.numel(), BLOCK_SIZE=block, num_warps=warps), ())
+        lambda: launch.kernel[(launch.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps), ())
+    out = kernel.buffers.index(kernel.writes[0])   # where the output goes among the arguments
     result["bare Triton launch + torch.empty"] = measure.per_call_us(
-        lambda: launch.kernel[(launch.grid(block),)](x, b, torch.empty_like(x), x.numel(), BLOCK_SIZE=block,
-                                                     num_warps=warps), ())
+        lambda: launch.kernel[(launch.grid(block),)](*args[:out], torch.empty_like(x), *args[out + 1:],
+                                                     BLOCK_SIZE=block, num_warps=warps), ())
     return result
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -28,13 +29,38 @@ from minicomp.templates import ENV
 WRITERS: dict[str, Callable[[Plan, Kernel], KernelSource]] = {"pointwise": pointwise.write}
 
 
-def render_module(plan: Plan, function: str = "fn", families: Families | None = None) -> str:
+@dataclass(frozen=True)
+class KernelCall:
+    """One kernel launch in a generated `call`: which launcher, with which arguments.
+
+    The public way to run a generated kernel outside its module (experiments,
+    the benchmark's bare-launch row): `arguments` puts buffers in launch order."""
+    launcher: str               # the module attribute holding its Launch: "launch_0"
+    name: str                   # the kernel's name
+    kind: str                   # its kernel kind
+    buffers: tuple[str, ...]    # graph values passed as pointers, in order (reads, then writes)
+    writes: tuple[str, ...]     # the ones it stores
+    scalars: tuple[int, ...]    # n_elements, then the runtime sizes of its family
+
+    def arguments(self, values: dict) -> list:
+        """Positional launch arguments, given a tensor for every name in `buffers`."""
+        return [values[b] for b in self.buffers] + list(self.scalars)
+
+
+@dataclass(frozen=True)
+class ModuleSource:
+    text: str                    # the module's Python source
+    kernels: list[KernelCall]    # its kernel launches, in the order `call` makes them
+
+
+def render_module(plan: Plan, function: str = "fn", families: Families | None = None) -> ModuleSource:
     """The module's source. `families`: the compiling function's kernel families (a fresh
     set when not given: every size a literal)."""
     families = families if families is not None else Families()
     graph = plan.graph
     device = _device(plan)
     kernels: list[str] = []
+    calls: list[KernelCall] = []
     wrapper: list[str] = []
     for step in plan.steps:
         if isinstance(step, Extern):
@@ -50,12 +76,13 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         launcher = f"launch_{len(kernels)}"
         kernels.append(ENV.get_template(f"{step.kind}.py.j2").render(**vars(source), launcher=launcher,
                                                                      device=str(device)).rstrip())
-        args = source.args + [str(source.numel)] + [str(v) for v in source.size_values]
-        wrapper.append(f"{launcher}({', '.join(args)})  # {source.name}")
+        calls.append(KernelCall(launcher, source.name, step.kind, tuple(source.args), tuple(step.stores),
+                                (source.numel, *source.size_values)))
+        wrapper.append(f"{launcher}({', '.join(source.args + [str(v) for v in calls[-1].scalars])})  # {source.name}")
     wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
     outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
     wrapper.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
-    return ENV.get_template("module.py.j2").render(
+    text = ENV.get_template("module.py.j2").render(
         function=safe_name(function),
         device=device,
         inputs=[_doc(f"{n}: {graph[n].meta} stride {graph[n].meta.stride}" if isinstance(graph[n].meta, TensorMeta)
@@ -66,6 +93,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),
         wrapper=wrapper,
     )
+    return ModuleSource(text, calls)
 
 
 def safe_name(text: str) -> str:
