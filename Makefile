@@ -1,12 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make demo   install into .venv, then run the demo (CPU interpreter, or the GPU when present)
-#   make test   install if needed, then run the test suite
+#   make test   install if needed, then lint (ruff check, ruff format --check) and run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo lint test bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,11 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python -m minicomp demo
 
-test: install
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
 	$(BIN)/python -m pytest
 
 bench: install

@@ -8,6 +8,7 @@ two equal halves the kernel walks it half by half, each half's choice decided
 in its own lines (every element of q, k, cos and sin loaded once, no selects).
 cos/sin are read at a broadcast index.
 """
+
 import torch
 
 import minicomp

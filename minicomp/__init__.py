@@ -5,6 +5,7 @@
 
 See README.md for the pipeline and how to look at every stage.
 """
+
 from minicomp.api import CompileError, JitFunction, jit
 from minicomp.config import ConfigError
 from minicomp.explain import explain

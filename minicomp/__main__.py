@@ -1,4 +1,5 @@
 """`minicomp` / `python -m minicomp`: demo, bench, explain, cache."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,20 +15,26 @@ COMMANDS = {
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="minicomp", description="A small fusing compiler for PyTorch.",
-                                     epilog="\n".join(f"  {k:8} {v}" for k, v in COMMANDS.items()),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="minicomp",
+        description="A small fusing compiler for PyTorch.",
+        epilog="\n".join(f"  {k:8} {v}" for k, v in COMMANDS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("command", choices=list(COMMANDS))
     args = parser.parse_args(argv[:1])
     rest = argv[1:]
     if args.command == "demo":
         from minicomp.demo import main as demo
+
         return demo(rest)
     if args.command == "bench":
         from minicomp.bench.run import main as bench
+
         return bench(rest)
     if args.command == "explain":
         from minicomp.explain import main as explain
+
         return explain(rest)
     return cache(rest)
 
@@ -43,7 +50,7 @@ def cache(argv) -> int:
             print(disk.info())
         else:
             print(f"removed {disk.clear()} files from {disk.root()}")
-    except OSError as err:   # a read-only or foreign directory: one line, not a traceback
+    except OSError as err:  # a read-only or foreign directory: one line, not a traceback
         print(f"minicomp cache {action}: {err.strerror or err} ({err.filename or disk.root()})", file=sys.stderr)
         return 1
     return 0

@@ -1,4 +1,5 @@
 """`minicomp.jit`: the one entry point that takes functions and modules alike."""
+
 from __future__ import annotations
 
 import torch

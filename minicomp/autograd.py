@@ -13,6 +13,7 @@ autograd machinery costs tens of microseconds a call.
 AOTAutograd compiles on the first call of a signature, which also runs it
 once: that is the one run of the user's call (api.py), never an extra one.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,7 +40,7 @@ class TrainingEntry:
         self.forward: Compiled | None = None
         self.backward: Compiled | None = None
         self.outputs: capture.Outputs | None = None
-        self.mutated: list[int] | None = None   # known after the first call
+        self.mutated: list[int] | None = None  # known after the first call
         constants = list(leaves)
 
         def flat_fn(*tensors):
@@ -49,7 +50,7 @@ class TrainingEntry:
             args, kwargs = pytree.tree_unflatten(values, in_spec)
             out_leaves, spec = capture.flatten_outputs(fn(*args, **kwargs))
             kinds, computed = [], []
-            for out in out_leaves:   # AOTAutograd handles tensors (and their aliasing); the rest are constants
+            for out in out_leaves:  # AOTAutograd handles tensors (and their aliasing); the rest are constants
                 if isinstance(out, torch.Tensor):
                     computed.append(out)
                     kinds.append(("tensor", len(computed) - 1))
@@ -66,12 +67,17 @@ class TrainingEntry:
             self.backward = compile_graph(gm, f"{name}_backward", families=families)
             return make_boxed_func(self.backward.call)
 
-        self.function = aot_function(flat_fn, fw_compiler=compile_forward, bw_compiler=compile_backward,
-                                     partition_fn=partition, decompositions=capture.decompositions())
+        self.function = aot_function(
+            flat_fn,
+            fw_compiler=compile_forward,
+            bw_compiler=compile_backward,
+            partition_fn=partition,
+            decompositions=capture.decompositions(),
+        )
 
     def __call__(self, fn, leaves, in_spec):
         tensors = [leaves[i] for i in self.tensor_slots]
-        if self.mutated is None:   # the first call compiles, on inputs that share no memory
+        if self.mutated is None:  # the first call compiles, on inputs that share no memory
             if _any_shared(tensors):
                 return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
@@ -93,4 +99,3 @@ class TrainingEntry:
 def _any_shared(tensors) -> bool:
     storages = [t.untyped_storage().data_ptr() for t in tensors]
     return len(set(storages)) < len(storages)
-

@@ -12,6 +12,7 @@ uses a private temporary directory instead (nothing persists). Inside it, a
 part that is not a real directory (a file, a symlink) is replaced by one, and
 a file name read from an entry must be a plain name inside the part.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,8 @@ PARTS = {
     "kernels": "where each compiled GPU binary lies in Triton's cache (a second process skips Triton's JIT)",
     "tuning": "measured launch configurations of large GPU kernels",
 }
-SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,150}")   # a file name minicomp writes: no separators
-_checked: dict[Path, Path] = {}   # configured dir -> the dir used (itself, or a private one if refused)
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,150}")  # a file name minicomp writes: no separators
+_checked: dict[Path, Path] = {}  # configured dir -> the dir used (itself, or a private one if refused)
 _lock = threading.Lock()
 
 
@@ -57,15 +58,18 @@ def _check(path: Path) -> Path:
     if problem is None:
         return path
     private = Path(tempfile.mkdtemp(prefix="minicomp-"))
-    warnings.warn(f"minicomp: not using the cache directory {path}: {problem}. Code in it could be run by "
-                  f"this process. Using the private directory {private} for this process instead (nothing "
-                  "persists); point MINICOMP_CACHE_DIR at a directory only you can write.", stacklevel=4)
+    warnings.warn(
+        f"minicomp: not using the cache directory {path}: {problem}. Code in it could be run by "
+        f"this process. Using the private directory {private} for this process instead (nothing "
+        "persists); point MINICOMP_CACHE_DIR at a directory only you can write.",
+        stacklevel=4,
+    )
     return private
 
 
 def unsafe(path: Path) -> str | None:
     """Why `path` (a directory) is no place for code this user runs, or None."""
-    if not hasattr(os, "getuid"):   # no POSIX ownership (Windows): nothing to check
+    if not hasattr(os, "getuid"):  # no POSIX ownership (Windows): nothing to check
         return None
     st = path.stat()
     if not stat.S_ISDIR(st.st_mode):
@@ -145,6 +149,7 @@ def debug_copy(name: str, text: str) -> None:
 
 
 # -- `minicomp cache info | clear` ------------------------------------------------
+
 
 def info() -> str:
     from triton import knobs

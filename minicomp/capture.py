@@ -8,6 +8,7 @@ Tensors the function closes over (a global weight) become constants of the
 trace, like Python scalars: their values are captured when the signature is
 first compiled.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,13 +16,13 @@ import functools
 import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def decompositions() -> dict:
     return dict(core_aten_decompositions())
 
@@ -76,7 +77,7 @@ class Outputs:
         return dict(spec=pytree.treespec_dumps(self.spec), kinds=kinds)
 
     @staticmethod
-    def loads(record: dict) -> "Outputs":
+    def loads(record: dict) -> Outputs:
         kinds = []
         for kind in record["kinds"]:
             tag = kind[0]
@@ -136,8 +137,7 @@ class Traced:
     else is a constant of the trace); `outputs` rebuilds the result.
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, input_names: list[str], tensor_slots: list[int],
-                 outputs: Outputs):
+    def __init__(self, gm: torch.fx.GraphModule, input_names: list[str], tensor_slots: list[int], outputs: Outputs):
         self.gm = gm
         self.input_names = input_names
         self.tensor_slots = tensor_slots
@@ -168,8 +168,12 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
 
     tensors = [leaves[i] for i in tensor_slots]
     with torch.no_grad():
-        gm = make_fx(functionalize(flat_fn, remove="mutations"), decomposition_table=decompositions(),
-                     tracing_mode="fake", _allow_non_fake_inputs=True)(*[t.detach() for t in tensors])
+        gm = make_fx(
+            functionalize(flat_fn, remove="mutations"),
+            decomposition_table=decompositions(),
+            tracing_mode="fake",
+            _allow_non_fake_inputs=True,
+        )(*[t.detach() for t in tensors])
     return Traced(gm, [leaf_names[i] for i in tensor_slots], tensor_slots, outputs)
 
 
@@ -185,8 +189,13 @@ def _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed) 
     storage = StorageWeakRef(out.untyped_storage())
     for k, t in enumerate(tensors):
         if storage == storages[k]:
-            return ("view", tensor_slots[k], tuple(out.shape), tuple(out.stride()),
-                    out.storage_offset() - t.storage_offset())
+            return (
+                "view",
+                tensor_slots[k],
+                tuple(out.shape),
+                tuple(out.stride()),
+                out.storage_offset() - t.storage_offset(),
+            )
     computed.append(out)
     return ("tensor", len(computed) - 1)
 

@@ -4,12 +4,13 @@
 
 Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
 """
+
 from __future__ import annotations
 
 import functools
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.fx
@@ -17,20 +18,20 @@ import torch.fx
 from minicomp import codegen, fusion, ir, logs, runtime
 from minicomp.codegen.families import Families
 from minicomp.codegen.module import KernelCall
-from minicomp.launch import Launch
 from minicomp.fusion import Plan
 from minicomp.ir import Graph, TensorMeta
+from minicomp.launch import Launch
 
 
 @dataclass
 class Compiled:
-    fx: torch.fx.GraphModule   # the captured ATen graph
+    fx: torch.fx.GraphModule  # the captured ATen graph
     graph: Graph
     plan: Plan
     source: str
-    call: Callable             # call(*input tensors) -> tuple of outputs
-    interpret: bool            # runs through Triton's interpreter (CPU tensors)
-    module: types.ModuleType   # the generated module
+    call: Callable  # call(*input tensors) -> tuple of outputs
+    interpret: bool  # runs through Triton's interpreter (CPU tensors)
+    module: types.ModuleType  # the generated module
     kernels: list[KernelCall]  # its kernel launches, in order
 
     def launch(self, kernel: KernelCall) -> Launch:
@@ -43,23 +44,25 @@ class Compiled:
         values = dict(zip(self.graph.inputs, inputs))
         for name in kernel.writes:
             meta = self.graph[name].meta
-            values[name] = torch.empty_strided(meta.shape, self.plan.strides[name], dtype=meta.dtype,
-                                               device=meta.device)
+            values[name] = torch.empty_strided(
+                meta.shape, self.plan.strides[name], dtype=meta.dtype, device=meta.device
+            )
         missing = [b for b in kernel.buffers if b not in values]
         if missing:
             raise ValueError(f"{kernel.name} reads {missing}, which are not graph inputs")
         return kernel.arguments(values)
 
 
-def compile_graph(gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None,
-                  families: Families | None = None) -> Compiled:
+def compile_graph(
+    gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None, families: Families | None = None
+) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text."""
-    graph = ir.from_fx(gm, input_names)          # typed nodes over a networkx DiGraph
+    graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     logs.graph.info("%s: IR\n%s", name, graph)
-    plan = fusion.plan(graph)                    # kinds, kernels, extern calls, their order, refusals
+    plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
-    rendered = codegen.render_module(plan, name, families)   # Triton kernels + Python wrapper, as text
+    rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text
     source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
     interpret = _runs_on_cpu(graph)

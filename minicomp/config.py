@@ -18,6 +18,7 @@ module globals:
     with config.override(max_parts=1):      # no walking in parts (codegen/split.py)
         ...
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -89,9 +90,9 @@ def log_channels() -> str:
 # -- tunables ---------------------------------------------------------------------
 
 DEFAULTS = dict(
-    max_parts=4,                                        # codegen/split.py: a dim walked in at most this many parts
+    max_parts=4,  # codegen/split.py: a dim walked in at most this many parts
     launch_candidates=((512, 4), (1024, 4), (2048, 4)),  # launch.py: (BLOCK_SIZE, num_warps) timed on large kernels
-    tune_min_numel=1 << 24,                             # launch.py: kernels below this use the heuristic
+    tune_min_numel=1 << 24,  # launch.py: kernels below this use the heuristic
 )
 _overrides = threading.local()
 

@@ -2,6 +2,7 @@
 
 Runs on the GPU when there is one, else on the CPU through Triton's interpreter.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,7 +22,11 @@ def main(argv=None) -> int:
     for name in ("gelu_tanh", "gelu_erf", "bias_relu", "lora_epilogue", "swiglu", "rope_fw"):
         work = WORKLOADS[name]
         size = 8 if small else work.sizes[-1]
-        inputs = work.make(size, torch.float32, device) if name != "rope_fw" else work.make(16 if small else 2048, torch.float32, device)
+        inputs = (
+            work.make(size, torch.float32, device)
+            if name != "rope_fw"
+            else work.make(16 if small else 2048, torch.float32, device)
+        )
         if small and name != "rope_fw":
             inputs = [t[..., :96].contiguous() for t in inputs]
         compiled = minicomp.jit(work.fn)
@@ -29,12 +34,12 @@ def main(argv=None) -> int:
         got = compiled(*inputs)
         first = time.perf_counter() - start
         expected = work.fn(*inputs)
-        ok = all(torch.allclose(a, b, atol=1e-4, rtol=1e-4) for a, b in
-                 zip(_flat(got), _flat(expected)))
+        ok = all(torch.allclose(a, b, atol=1e-4, rtol=1e-4) for a, b in zip(_flat(got), _flat(expected)))
         failures += not ok
         kernels = len(re.findall(r"^@triton\.jit", compiled.source(*inputs), flags=re.M))
         shapes = ", ".join(str(list(t.shape)) for t in inputs)
-        print(f"{'ok ' if ok else 'BAD'} {name:14s} {kernels} kernel(s)  first call {first * 1e3:7.1f} ms  inputs {shapes}")
+        status = "ok " if ok else "BAD"
+        print(f"{status} {name:14s} {kernels} kernel(s)  first call {first * 1e3:7.1f} ms  inputs {shapes}")
     q, k, cos, sin = WORKLOADS["rope_fw"].make(16, torch.float32, device)
     rope = minicomp.jit(WORKLOADS["rope_fw"].fn)
     print("\nThe generated module for RoPE (q and k rotated in one kernel):\n")

@@ -4,6 +4,7 @@ Inside a kernel, float16 and bfloat16 values are computed in float32 (load,
 upcast, compute, downcast at the store), like PyTorch's own CUDA kernels do
 internally; every other dtype is computed in itself.
 """
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ Dynamo captured it, under the fallback policy (fallback.py: a warning by default
 MINICOMP_FALLBACK=raise makes it an error). The forward and backward of one
 Dynamo graph share kernel families (codegen/families.py).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -23,7 +24,7 @@ from minicomp import capture, config, fallback
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
 
-_graph_ids = itertools.count()   # names only: dynamo_graph<n>_forward
+_graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
 
 
 def _compiler(role: str, families: Families):
@@ -34,6 +35,7 @@ def _compiler(role: str, families: Families):
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
             return make_boxed_func(gm.forward)
+
     return compile_fn
 
 
@@ -42,6 +44,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     from torch._dynamo.backends.common import aot_autograd
 
     families = Families()
-    return aot_autograd(fw_compiler=_compiler("forward", families), bw_compiler=_compiler("backward", families),
-                        partition_fn=min_cut_rematerialization_partition,
-                        decompositions=capture.decompositions())(gm, example_inputs)
+    return aot_autograd(
+        fw_compiler=_compiler("forward", families),
+        bw_compiler=_compiler("backward", families),
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=capture.decompositions(),
+    )(gm, example_inputs)

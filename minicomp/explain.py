@@ -12,6 +12,7 @@ kernel that computes it (see `graph_svg`).
 
 `minicomp explain [rope|bias_gelu|...] [--image FILE]` does this for a built-in example.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,9 @@ import networkx as nx
 import torch
 from torch.utils import _pytree as pytree
 
-from minicomp.function import JitFunction
 from minicomp.autograd import TrainingEntry
 from minicomp.compiler import Compiled
+from minicomp.function import JitFunction
 from minicomp.fusion import Kernel
 
 PALETTE = ["#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f6bd60", "#84a59d", "#b5838d"]
@@ -33,7 +34,7 @@ PALETTE = ["#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f6bd60", "#8
 
 @dataclass
 class Explanation:
-    sections: list[tuple[str, str]] = field(default_factory=list)   # (title, text)
+    sections: list[tuple[str, str]] = field(default_factory=list)  # (title, text)
     image: Path | None = None
 
     def __str__(self) -> str:
@@ -46,8 +47,11 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
     entry = jitted.entry(*args, **kwargs)
     if isinstance(entry, TrainingEntry) and entry.backward is None:
         _run_backward_once(jitted, args, kwargs)  # AOTAutograd compiles the backward on first use
-    graphs = [("forward", entry.forward), ("backward", entry.backward)] if isinstance(entry, TrainingEntry) \
+    graphs = (
+        [("forward", entry.forward), ("backward", entry.backward)]
+        if isinstance(entry, TrainingEntry)
         else [("", entry.compiled)]
+    )
     if graphs[0][1] is None:
         return Explanation([("eager", f"{jitted.__name__} could not be compiled for these arguments; it runs eagerly")])
     report = Explanation()
@@ -57,9 +61,11 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
         tag = f" ({role})" if role else ""
         report.sections += [
             (f"captured ATen graph{tag}", compiled.fx.print_readable(print_output=False)),
-            (f"IR{tag}", str(compiled.graph)),
-            (f"fusion plan{tag}", str(compiled.plan) + ("" if compiled.plan.refusals else
-                                                         "\nnot fused: nothing (no edge was refused)")),
+            (f"IR{tag}", compiled.graph.describe(compiled.plan.kinds)),
+            (
+                f"fusion plan{tag}",
+                str(compiled.plan) + ("" if compiled.plan.refusals else "\nnot fused: nothing (no edge was refused)"),
+            ),
             (f"generated module{tag}", compiled.source),
         ]
     if torch.cuda.is_available() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
@@ -74,8 +80,11 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
 def _run_backward_once(jitted: JitFunction, args, kwargs) -> None:
     """Forward and backward on copies of the arguments (the caller's .grad stays untouched)."""
     copy = lambda a: a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a  # noqa: E731
-    outputs = [o for o in pytree.tree_leaves(jitted(*map(copy, args), **{k: copy(v) for k, v in kwargs.items()}))
-               if isinstance(o, torch.Tensor) and o.requires_grad]
+    outputs = [
+        o
+        for o in pytree.tree_leaves(jitted(*map(copy, args), **{k: copy(v) for k, v in kwargs.items()}))
+        if isinstance(o, torch.Tensor) and o.requires_grad
+    ]
     torch.autograd.backward(outputs, [torch.ones_like(o) for o in outputs])
 
 
@@ -89,8 +98,11 @@ def kernel_times(jitted: JitFunction, args, kwargs, repeats: int = 20) -> str:
         for _ in range(repeats):
             jitted(*args, **kwargs)
         torch.cuda.synchronize()
-    rows = [(e.key, e.device_time_total / max(e.count, 1), e.count // repeats) for e in prof.key_averages()
-            if e.device_time_total > 0]
+    rows = [
+        (e.key, e.device_time_total / max(e.count, 1), e.count // repeats)
+        for e in prof.key_averages()
+        if e.device_time_total > 0
+    ]
     return "\n".join(f"    {name:60} {us:9.2f} us  x{n}" for name, us, n in rows) or "    (no kernels recorded)"
 
 
@@ -110,42 +122,54 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
             kernel_of.setdefault(name, kernel)
     columns = list(nx.topological_generations(graph.dag))
     w, h, gap_x, gap_y = 150, 34, 60, 18
-    pos = {n: (20 + i * (w + gap_x), 50 + j * (h + gap_y)) for i, col in enumerate(columns)
-           for j, n in enumerate(sorted(col, key=graph.order.index))}
+    pos = {
+        n: (20 + i * (w + gap_x), 50 + j * (h + gap_y))
+        for i, col in enumerate(columns)
+        for j, n in enumerate(sorted(col, key=graph.order.index))
+    }
     rows = max((len(c) for c in columns), default=1)
     legend_y = 50 + rows * (h + gap_y) + 10
     width = max(20 + len(columns) * (w + gap_x), 400)
     height = legend_y + 24 * (len(plan.kernels) + 2)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
-           'font-size="11">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" '
-           'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
-           '<rect width="100%" height="100%" fill="white"/>',
-           f'<text x="20" y="25" font-size="14">{html.escape(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
+        'font-size="11">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" '
+        'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="20" y="25" font-size="14">{html.escape(title)}</text>',
+    ]
     for a, b in graph.dag.edges:
         (x1, y1), (x2, y2) = pos[a], pos[b]
-        out.append(f'<line x1="{x1 + w}" y1="{y1 + h / 2}" x2="{x2}" y2="{y2 + h / 2}" stroke="#555" '
-                   'marker-end="url(#arrow)"/>')
+        out.append(
+            f'<line x1="{x1 + w}" y1="{y1 + h / 2}" x2="{x2}" y2="{y2 + h / 2}" stroke="#555" '
+            'marker-end="url(#arrow)"/>'
+        )
     for name, (x, y) in pos.items():
         node = graph[name]
         kernel = kernel_of.get(name)
-        fill = "#ffffff" if node.is_input else "#d0d0d0" if kernel is None else \
-            PALETTE[kernel.index % len(PALETTE)]
+        fill = "#ffffff" if node.is_input else "#d0d0d0" if kernel is None else PALETTE[kernel.index % len(PALETTE)]
         stroke = 3 if name in plan.materialized or name in graph.outputs else 1
         label = f"{name} (input)" if node.is_input else f"{name} = {node.op_name}"
-        out.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" stroke="#222" '
-                   f'stroke-width="{stroke}"><title>{html.escape(label)} {html.escape(str(node.meta))}</title></rect>')
+        out.append(
+            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" stroke="#222" '
+            f'stroke-width="{stroke}"><title>{html.escape(label)} {html.escape(str(node.meta))}</title></rect>'
+        )
         out.append(f'<text x="{x + 6}" y="{y + 14}">{html.escape(name[:20])}</text>')
         out.append(f'<text x="{x + 6}" y="{y + 27}" fill="#333">{html.escape(node.op_name[:20])}</text>')
     for i, kernel in enumerate(plan.kernels):
         y = legend_y + 24 * i
-        out.append(f'<rect x="20" y="{y}" width="16" height="16" fill="{PALETTE[kernel.index % len(PALETTE)]}" '
-                   'stroke="#222"/>')
-        out.append(f'<text x="44" y="{y + 12}">{html.escape(kernel.name)}: {len(kernel.nodes)} ops, reads '
-                   f'{html.escape(", ".join(kernel.loads))}, writes {html.escape(", ".join(kernel.stores))}</text>')
+        out.append(
+            f'<rect x="20" y="{y}" width="16" height="16" fill="{PALETTE[kernel.index % len(PALETTE)]}" stroke="#222"/>'
+        )
+        out.append(
+            f'<text x="44" y="{y + 12}">{html.escape(kernel.name)}: {len(kernel.nodes)} ops, reads '
+            f"{html.escape(', '.join(kernel.loads))}, writes {html.escape(', '.join(kernel.stores))}</text>"
+        )
     y = legend_y + 24 * len(plan.kernels)
-    out.append(f'<text x="20" y="{y + 12}">gray: extern ATen call   white: input   thick border: written to '
-               'memory</text>')
+    out.append(
+        f'<text x="20" y="{y + 12}">gray: extern ATen call   white: input   thick border: written to memory</text>'
+    )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -7,6 +7,7 @@
 `minicomp.jit(fallback=...)` or MINICOMP_FALLBACK (config.py) choose it; both
 `JitFunction` and the Dynamo backend call `handle`.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -23,12 +24,16 @@ def describe(name: str, err: Exception) -> str:
     text = str(err)
     first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     if "data-dependent" in text or "GuardOnDataDependent" in type(err).__name__:
-        why = ("it branches on tensor values (e.g. `if x.sum() > 0`), which a trace cannot follow. "
-               "Use torch.where for the branch, decide it from shapes or Python arguments, or keep that "
-               "part outside the jitted function")
+        why = (
+            "it branches on tensor values (e.g. `if x.sum() > 0`), which a trace cannot follow. "
+            "Use torch.where for the branch, decide it from shapes or Python arguments, or keep that "
+            "part outside the jitted function"
+        )
     elif "SymInt" in text or "DynamicOutputShape" in type(err).__name__:
-        why = ("an op's output shape depends on tensor values (nonzero, unique, masked indexing), "
-               "which minicomp compiles only for static shapes. Keep that op outside the jitted function")
+        why = (
+            "an op's output shape depends on tensor values (nonzero, unique, masked indexing), "
+            "which minicomp compiles only for static shapes. Keep that op outside the jitted function"
+        )
     elif isinstance(err, (guards.Unguarded, guards.SideEffect)):
         why = text
     else:
@@ -41,7 +46,8 @@ def handle(name: str, err: Exception, policy: str, instead: str = "Running it ea
     The caller then runs the code the way `instead` says."""
     why = describe(name, err)
     if policy == "raise":
-        raise CompileError(f"{why} With fallback='warn' (the default) or MINICOMP_FALLBACK=warn "
-                           "it runs eagerly instead.") from err
+        raise CompileError(
+            f"{why} With fallback='warn' (the default) or MINICOMP_FALLBACK=warn it runs eagerly instead."
+        ) from err
     if policy == "warn":
         warnings.warn(f"{why} {instead}", stacklevel=stacklevel + 1)

@@ -21,6 +21,7 @@ Anything else a function reads (a tensor, an object, a class of the user's)
 makes it unfingerprintable: `of` returns None and that function is traced in
 every process. Correct, just not a 50 ms start.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,11 +46,13 @@ def of(fn) -> str | None:
 
 def of_module(module: torch.nn.Module) -> str | None:
     """The fingerprint of an nn.Module's code: the class of every submodule, with its methods."""
+
     def walk(parts):
         seen: set[int] = set()
         for name, m in module.named_modules():
             parts.append(f"submodule {name}")
             _class(type(m), parts, seen)
+
     return _digest(walk)
 
 
@@ -79,7 +82,7 @@ def _function(fn, parts: list[str], seen: set[int]) -> None:
     for cell in fn.__closure__ or ():
         try:
             contents = cell.cell_contents
-        except ValueError:   # an empty cell (a name not bound yet)
+        except ValueError:  # an empty cell (a name not bound yet)
             parts.append("<empty cell>")
             continue
         _value(contents, parts, seen)
@@ -135,7 +138,7 @@ def _global_names(code: types.CodeType) -> set[str]:
 def _value(value, parts: list[str], seen: set[int], names: set[str] = frozenset()) -> None:
     """`names`: what the code that reads `value` names (a module's attributes it may read)."""
     if isinstance(value, float):
-        parts.append(f"float:{float(value).hex()}")   # -0.0 and 0.0 differ
+        parts.append(f"float:{float(value).hex()}")  # -0.0 and 0.0 differ
     elif isinstance(value, _PLAIN):
         parts.append(f"{type(value).__name__}:{value!r}")
     elif isinstance(value, (tuple, list, frozenset)):
@@ -175,7 +178,7 @@ def _module(module: types.ModuleType, parts: list[str], seen: set[int], names) -
     if key in seen:
         return
     seen.add(key)
-    library = (module.__name__.split(".")[0] in LIBRARIES)
+    library = module.__name__.split(".")[0] in LIBRARIES
     for name in sorted(names):
         if not hasattr(module, name):
             continue

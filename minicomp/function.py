@@ -5,6 +5,7 @@ stride, dtype, device, requires_grad; each Python scalar's type and value),
 and finds the compiled entry for it; the first call with a new key traces and
 compiles. A hit does nothing else: the generated `call` launches the kernels.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,20 +37,28 @@ class Entry:
     function; an entry loaded from the persistent cache has only the module.
     """
 
-    def __init__(self, call, tensor_slots: list[int], n_leaves: int, outputs: capture.Outputs,
-                 mutated: list[int], compiled: Compiled | None = None):
+    def __init__(
+        self,
+        call,
+        tensor_slots: list[int],
+        n_leaves: int,
+        outputs: capture.Outputs,
+        mutated: list[int],
+        compiled: Compiled | None = None,
+    ):
         self.call = call
         self.tensor_slots = list(tensor_slots)
         self.slots = None if self.tensor_slots == list(range(n_leaves)) else self.tensor_slots
         self.outputs = outputs
         self.unflatten = _unflattener(outputs.spec) if outputs.simple else None
-        self.mutated = list(mutated)   # argument slots the module writes into
+        self.mutated = list(mutated)  # argument slots the module writes into
         self.compiled = compiled
 
     def __call__(self, fn, leaves, in_spec):
         if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
-            logs.recompiles.info("an input the compiled code writes into shares memory with another "
-                                 "argument: this call runs eagerly")
+            logs.recompiles.info(
+                "an input the compiled code writes into shares memory with another argument: this call runs eagerly"
+            )
             return EagerEntry()(fn, leaves, in_spec)
         outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
         if self.unflatten is not None:
@@ -59,6 +68,7 @@ class Entry:
 
 class EagerEntry:
     """A signature minicomp could not compile: the function runs as written."""
+
     compiled = None
 
     def __call__(self, fn, leaves, in_spec):
@@ -78,7 +88,7 @@ def _name_of(fn) -> str:
     name = getattr(fn, "__name__", None)
     if isinstance(name, str):
         return name
-    inner = getattr(fn, "func", None)   # functools.partial
+    inner = getattr(fn, "func", None)  # functools.partial
     return f"partial_{_name_of(inner)}" if inner is not None else type(fn).__name__
 
 
@@ -108,7 +118,7 @@ class JitFunction:
             raise TypeError(f"minicomp.jit needs a function or module, not {type(fn).__name__}")
         self.fn = fn
         self.fallback = config.fallback(fallback)
-        self.cache_limit = config.cache_limit()              # signatures kept per function
+        self.cache_limit = config.cache_limit()  # signatures kept per function
         self.recompile_warning = config.recompile_warning()
         try:
             functools.update_wrapper(self, fn)
@@ -117,14 +127,15 @@ class JitFunction:
         self.__name__ = name or _name_of(fn)
         self.signature = _signature(fn)
         self.params = list(self.signature.parameters) if self.signature is not None else []
-        self._plain = self.signature is None or all(p.kind == p.POSITIONAL_OR_KEYWORD
-                                                    for p in self.signature.parameters.values())
+        self._plain = self.signature is None or all(
+            p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
+        )
         self.context = context or guards.FunctionContext(fn)
         self._context_state = None if isinstance(self.context, guards.FunctionContext) else self.context.state
         self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
         self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
-        self.families = Families()   # this function's kernel families (codegen/families.py)
+        self.families = Families()  # this function's kernel families (codegen/families.py)
         self._lock = threading.RLock()
 
     # -- the call path --------------------------------------------------------
@@ -155,8 +166,7 @@ class JitFunction:
 
     def _key(self, leaves, in_spec):
         state = self._context_state
-        return (in_spec, tuple(map(guards.leaf_key, leaves)), guards.global_state(),
-                None if state is None else state())
+        return (in_spec, tuple(map(guards.leaf_key, leaves)), guards.global_state(), None if state is None else state())
 
     def __call__(self, *args, **kwargs):
         leaves, in_spec = self._flatten(args, kwargs)
@@ -201,15 +211,23 @@ class JitFunction:
     def _build(self, key, leaves, in_spec):
         bad = guards.unguardable(key[1])
         if bad is not None:
-            raise guards.Unguarded(f"an argument is a {type(bad.obj).__name__} object, and minicomp cannot tell "
-                            "when an object changes. Pass the values it holds (tensors, numbers, strings) "
-                            "instead")
+            raise guards.Unguarded(
+                f"an argument is a {type(bad.obj).__name__} object, and minicomp cannot tell "
+                "when an object changes. Pass the values it holds (tensors, numbers, strings) "
+                "instead"
+            )
         leaves, in_spec = list(leaves), self._spec(in_spec)
         names = capture.leaf_names(in_spec, self.params)
         fn = guards.watch(self.fn, self.context)
         if _needs_grad(leaves):
-            return TrainingEntry(fn, leaves, in_spec, self.__name__,
-                                 [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)], self.families)
+            return TrainingEntry(
+                fn,
+                leaves,
+                in_spec,
+                self.__name__,
+                [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)],
+                self.families,
+            )
         stored_key = self._persistent_key(key)
         if stored_key is not None:
             stored = persist.load(stored_key)
@@ -219,21 +237,30 @@ class JitFunction:
         traced, compiled = _trace_and_compile(fn, leaves, in_spec, names, self.__name__, self.families)
         mutated = _mutated_slots(traced, compiled)
         if stored_key is not None and not compiled.graph.constants:
-            persist.store(stored_key, compiled.source, self.__name__, compiled.interpret, traced.tensor_slots,
-                          mutated, traced.outputs)
+            persist.store(
+                stored_key,
+                compiled.source,
+                self.__name__,
+                compiled.interpret,
+                traced.tensor_slots,
+                mutated,
+                traced.outputs,
+            )
         return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled)
 
     def _persistent_key(self, key) -> str | None:
         if guards.contains(key, guards.ByIdentity):
-            logs.cache.info("%s: a signature keyed by an object's identity is not cached across processes",
-                            self.__name__)
+            logs.cache.info(
+                "%s: a signature keyed by an object's identity is not cached across processes", self.__name__
+            )
             return None
         if self._fingerprint is False:
             of = getattr(self.context, "fingerprint", None)
             self._fingerprint = of() if of is not None else fingerprint.of(self.fn)
             if self._fingerprint is None:
-                logs.cache.info("%s reads state minicomp cannot fingerprint: not cached across processes",
-                                self.__name__)
+                logs.cache.info(
+                    "%s reads state minicomp cannot fingerprint: not cached across processes", self.__name__
+                )
         return None if self._fingerprint is None else persist.key(self._fingerprint, key)
 
     def _note_recompile(self, key) -> None:
@@ -242,10 +269,13 @@ class JitFunction:
         change = _difference(next(reversed(self.cache)), key)
         logs.recompiles.info("%s: new signature (%s); %d compiled so far", self.__name__, change, self.compiles)
         if self.compiles + 1 == self.recompile_warning:
-            warnings.warn(f"minicomp has compiled {self.__name__} for {self.recompile_warning} signatures "
-                          f"(last change: {change}). Each new shape, "
-                          "dtype, stride or scalar value traces and compiles again; MINICOMP_LOGS=recompiles "
-                          "shows each one.", stacklevel=5)
+            warnings.warn(
+                f"minicomp has compiled {self.__name__} for {self.recompile_warning} signatures "
+                f"(last change: {change}). Each new shape, "
+                "dtype, stride or scalar value traces and compiles again; MINICOMP_LOGS=recompiles "
+                "shows each one.",
+                stacklevel=5,
+            )
 
     # -- looking inside -------------------------------------------------------
     def entry(self, *args, **kwargs):
@@ -258,8 +288,9 @@ class JitFunction:
         if isinstance(entry, Entry) and entry.compiled is None:  # loaded from disk: trace to see inside
             leaves, in_spec = [_copy(v) for v in leaves], self._spec(in_spec)
             names = capture.leaf_names(in_spec, self.params)
-            _, entry.compiled = _trace_and_compile(guards.watch(self.fn, self.context), leaves, in_spec, names,
-                                                   self.__name__, self.families)
+            _, entry.compiled = _trace_and_compile(
+                guards.watch(self.fn, self.context), leaves, in_spec, names, self.__name__, self.families
+            )
         return entry
 
     def compiled(self, *args, **kwargs) -> Compiled:
@@ -307,4 +338,3 @@ def _difference(old, new) -> str:
     if old_module != new_module:
         return "module state (a training flag, an attribute or a hook) changed"
     return "same signature"
-

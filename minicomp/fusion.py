@@ -22,6 +22,7 @@ every value a kernel writes (`Plan.strides`, from layout.py).
 
 Why two nodes did not fuse is recorded as a `Refusal` you can print.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -34,10 +35,10 @@ from minicomp.layout import output_strides
 @dataclass
 class Kernel:
     index: int
-    kind: str                                       # "pointwise": how codegen writes it
+    kind: str  # "pointwise": how codegen writes it
     stage: int
     shape: tuple[int, ...]
-    stores: list[str]                               # nodes this kernel writes
+    stores: list[str]  # nodes this kernel writes
     nodes: list[str] = field(default_factory=list)  # pointwise/view nodes it computes
     loads: list[str] = field(default_factory=list)  # buffers it reads
 
@@ -77,8 +78,8 @@ class Plan:
     materialized: set[str]
     refusals: list[Refusal]
     stage_of: dict[str, int]
-    kinds: dict[str, str]                  # node -> "input", "pointwise", "view" or "extern"
-    strides: dict[str, tuple[int, ...]]    # value a kernel writes -> the strides it is allocated with
+    kinds: dict[str, str]  # node -> "input", "pointwise", "view" or "extern"
+    strides: dict[str, tuple[int, ...]]  # value a kernel writes -> the strides it is allocated with
 
     @property
     def kernels(self) -> list[Kernel]:
@@ -104,8 +105,10 @@ def plan(graph: Graph) -> Plan:
     kinds, reasons = _classify(graph)
     stage = _stages(graph, kinds)
     materialized = _materialized(graph, kinds)
-    kernels = [_filled(graph, kernel, kinds, stage, materialized)
-               for kernel in _group_kernels(graph, kinds, stage, materialized)]
+    kernels = [
+        _filled(graph, kernel, kinds, stage, materialized)
+        for kernel in _group_kernels(graph, kinds, stage, materialized)
+    ]
     steps: list[Kernel | Extern] = []
     for s in range(max(stage.values(), default=0) + 1):
         steps += [Extern(n, s) for n in graph.order if kinds[n] == "extern" and stage[n] == s]
@@ -201,4 +204,3 @@ def _refusals(graph: Graph, kernels: list[Kernel], kinds, reasons) -> list[Refus
         for a, b in zip(group, group[1:]):
             refusals.append(Refusal(a.name, b.name, f"iteration spaces differ: {list(a.shape)} vs {list(b.shape)}"))
     return refusals
-

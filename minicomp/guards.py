@@ -23,6 +23,7 @@ changes a module attribute or a global (`watch`) is undone and runs eagerly.
 Keys that hold an object's identity (`ByIdentity`) are never persisted: an
 address means nothing in another process.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,14 +34,33 @@ import types
 import numpy as np
 import torch
 
-_BY_VALUE = (type(None), bool, int, str, bytes, torch.dtype, torch.device, torch.layout, torch.memory_format,
-             type(Ellipsis), range)
-_BY_IDENTITY = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type, types.ModuleType,
-                torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+_BY_VALUE = (
+    type(None),
+    bool,
+    int,
+    str,
+    bytes,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+    type(Ellipsis),
+    range,
+)
+_BY_IDENTITY = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    type,
+    types.ModuleType,
+    torch._ops.OpOverload,
+    torch._ops.OpOverloadPacket,
+)
 
 
 class ByIdentity:
     """A key part equal only to the same object (functions, classes, tensor attributes)."""
+
     __slots__ = ("obj",)
 
     def __init__(self, obj):
@@ -58,6 +78,7 @@ class ByIdentity:
 
 class Unguardable(ByIdentity):
     """An argument minicomp cannot watch for changes: its signature runs eagerly."""
+
     __slots__ = ()
 
     def __repr__(self):
@@ -75,7 +96,7 @@ def value_key(value, depth: int = 0):
     kind = type(value)
     if kind in _BY_VALUE:
         return (kind, value)
-    if isinstance(value, float):   # by bits: -0.0 != 0.0 and nan == nan (np.float64 is a float too)
+    if isinstance(value, float):  # by bits: -0.0 != 0.0 and nan == nan (np.float64 is a float too)
         return (kind, float(value).hex())
     if isinstance(value, complex):
         return (kind, value.real.hex(), value.imag.hex())
@@ -87,7 +108,7 @@ def value_key(value, depth: int = 0):
         return (kind, value.dtype.str, value.tobytes())
     if isinstance(value, slice):
         return (kind, value_key(value.start), value_key(value.stop), value_key(value.step))
-    if isinstance(value, torch.Tensor):   # a tensor held by an object (not an argument): the same tensor
+    if isinstance(value, torch.Tensor):  # a tensor held by an object (not an argument): the same tensor
         return (kind, ByIdentity(value), value.shape, value.stride(), value.dtype, value.device)
     if isinstance(value, (tuple, list, frozenset)) and depth < 3:
         return (kind, tuple(value_key(v, depth + 1) for v in value))
@@ -115,8 +136,9 @@ def global_state() -> tuple:
 def _global_state_in_full() -> tuple:
     autocast = None
     if _any_autocast():
-        autocast = tuple((device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-                         for device in ("cpu", "cuda"))
+        autocast = tuple(
+            (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")
+        )
     modes = None
     if _function_modes() or _dispatch_modes():
         modes = (str(torch.get_default_device()), _function_modes(), _dispatch_modes())
@@ -160,6 +182,7 @@ def unguardable(key):
 
 # -- checked per call, only by entries that need it ------------------------------------
 
+
 def shares_memory(leaves, slots, tensor_slots) -> bool:
     """Does a tensor at `slots` (inputs the entry writes into) share storage with another argument?
     The compiled code reads each input as it was before the call: eager would see the write."""
@@ -178,6 +201,7 @@ def versions(leaves, tensor_slots) -> list[int]:
 
 # -- Python side effects of a trace ------------------------------------------------
 
+
 class SideEffect(RuntimeError):
     """Tracing changed Python state (a module attribute, a global): the function runs eagerly."""
 
@@ -189,6 +213,7 @@ class Unguarded(RuntimeError):
 def watch(fn, context):
     """`fn`, checked: if a call changes what `context` watches, the change is undone and
     SideEffect raised (a compiled entry would not repeat it on later calls)."""
+
     def watched(*args, **kwargs):
         before = context.snapshot()
         result = fn(*args, **kwargs)
@@ -197,6 +222,7 @@ def watch(fn, context):
             context.restore(before)
             raise SideEffect(f"it changes {changed} each time it runs, which compiled code would not repeat")
         return result
+
     return watched
 
 

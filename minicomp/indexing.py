@@ -22,12 +22,13 @@ computation (`x + 3` on int8) or that Triton needs at compile time (a tile
 shape, a reduction axis) is written plain and stays a constant.
 `resolve_sizes` writes the marks as plain literals.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
 
 SIZE = re.compile(r"«(\d+)»")
 
@@ -47,6 +48,7 @@ def resolve_sizes(text: str) -> str:
 @dataclass(frozen=True)
 class Var:
     """Iteration variable `x{dim}` of an iteration space, 0 <= x < size."""
+
     dim: int
     size: int
 
@@ -57,7 +59,7 @@ class Var:
 
 @dataclass(frozen=True)
 class FloorDiv:
-    expr: "Expr"
+    expr: Expr
     divisor: int
 
     @property
@@ -68,7 +70,7 @@ class FloorDiv:
 
 @dataclass(frozen=True)
 class Mod:
-    expr: "Expr"
+    expr: Expr
     divisor: int
 
     @property
@@ -82,6 +84,7 @@ class Flat:
     """`(offsets // pitch) % count`: a run of adjacent variables at once, sum x_j * P_j / pitch.
     `wraps` is False when the run reaches the outermost dim, whose variable needs no `%`;
     `base` is the flat index of the space the run belongs to."""
+
     pitch: int
     count: int
     wraps: bool
@@ -107,20 +110,21 @@ def _atom_order(atom: Atom):
 @dataclass(frozen=True)
 class Expr:
     """sum(coeff * atom) + const, with integer coefficients."""
+
     terms: tuple[tuple[Atom, int], ...] = ()
     const: int = 0
 
     # -- construction -----------------------------------------------------
     @staticmethod
-    def of(atom: Atom) -> "Expr":
+    def of(atom: Atom) -> Expr:
         return Expr(((atom, 1),))
 
     @staticmethod
-    def _make(coeffs: dict, const: int) -> "Expr":
+    def _make(coeffs: dict, const: int) -> Expr:
         terms = tuple(sorted(((a, c) for a, c in coeffs.items() if c != 0), key=lambda t: _atom_order(t[0])))
         return Expr(terms, const)
 
-    def __add__(self, other: "Expr | int") -> "Expr":
+    def __add__(self, other: Expr | int) -> Expr:
         if isinstance(other, int):
             return Expr(self.terms, self.const + other)
         coeffs = dict(self.terms)
@@ -130,10 +134,10 @@ class Expr:
 
     __radd__ = __add__
 
-    def __sub__(self, other: "Expr | int") -> "Expr":
+    def __sub__(self, other: Expr | int) -> Expr:
         return self + (other * -1)
 
-    def __mul__(self, k: int) -> "Expr":
+    def __mul__(self, k: int) -> Expr:
         if k == 0:
             return Expr()
         return Expr(tuple((a, c * k) for a, c in self.terms), self.const * k)
@@ -155,14 +159,14 @@ class Expr:
         return lo, hi
 
     # -- integer division --------------------------------------------------
-    def _split(self, d: int) -> tuple["Expr", "Expr"]:
+    def _split(self, d: int) -> tuple[Expr, Expr]:
         """self = d * quotient + rest, pulling every multiple of d out of rest."""
         q_terms = {a: c // d for a, c in self.terms if c % d == 0}
         r_terms = {a: c for a, c in self.terms if c % d != 0}
         q_const, r_const = divmod(self.const, d)
         return Expr._make(q_terms, q_const), Expr._make(r_terms, r_const)
 
-    def floordiv(self, d: int) -> "Expr":
+    def floordiv(self, d: int) -> Expr:
         if d == 1:
             return self
         quotient, rest = self._split(d)
@@ -173,7 +177,7 @@ class Expr:
             return quotient
         return quotient + Expr.of(FloorDiv(rest, d))
 
-    def mod(self, d: int) -> "Expr":
+    def mod(self, d: int) -> Expr:
         if d == 1:
             return Expr()
         _, rest = self._split(d)
@@ -190,8 +194,9 @@ class Expr:
         parts = []
         for atom, c in self.terms:
             text = _render_atom(atom, name)
-            parts.append(text if c == 1 else f"{size(c)}*{text}" if c > 0 else f"-{text}" if c == -1
-                         else f"(-{size(-c)})*{text}")
+            parts.append(
+                text if c == 1 else f"{size(c)}*{text}" if c > 0 else f"-{text}" if c == -1 else f"(-{size(-c)})*{text}"
+            )
         if self.const or not parts:
             parts.append(size(self.const) if self.const >= 0 else f"-{size(-self.const)}")
         out = " + ".join(parts)
@@ -259,10 +264,14 @@ class IterationSpace:
         coeff = {a.dim: c for a, c in expr.terms if isinstance(a, Var)}
         live = [d for d, s in enumerate(self.shape) if s > 1]
         runs: list[list[int]] = []
-        for d in reversed(live):   # innermost first
+        for d in reversed(live):  # innermost first
             run = runs[-1] if runs else []
-            if d in coeff and run and run[-1] == live[live.index(d) + 1] and \
-                    coeff[d] == coeff[run[0]] * (self.pitch[d] // self.pitch[run[0]]):
+            if (
+                d in coeff
+                and run
+                and run[-1] == live[live.index(d) + 1]
+                and coeff[d] == coeff[run[0]] * (self.pitch[d] // self.pitch[run[0]])
+            ):
                 run.append(d)
             elif d in coeff:
                 runs.append([d])
@@ -273,8 +282,9 @@ class IterationSpace:
             inner, top = run[0], run[-1]
             for d in run:
                 del kept[Var(d, self.shape[d])]
-            flat = Flat(self.pitch[inner], self.pitch[top] * self.shape[top] // self.pitch[inner], top != live[0],
-                        self.base)
+            flat = Flat(
+                self.pitch[inner], self.pitch[top] * self.shape[top] // self.pitch[inner], top != live[0], self.base
+            )
             kept[flat] = kept.get(flat, 0) + coeff[inner]
         return Expr._make(kept, expr.const)
 

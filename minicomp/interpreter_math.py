@@ -6,6 +6,7 @@ libdevice; when one is loaded for CPU tensors, the runtime rebinds its
 `libdevice` global to this namespace. Each function takes the interpreter's
 tl.tensor (numpy data inside) and returns one of the same dtype.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,22 +29,41 @@ def _elementwise(np_fn):
             data = np_fn(*[_data(a) for a in args])
         data = np.asarray(data).astype(like.handle.data.dtype)
         return tl.tensor(TensorHandle(data, like.handle.dtype.scalar), like.type)
+
     apply.__name__ = getattr(np_fn, "__name__", "fn")
     return apply
 
 
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
-libdevice = SimpleNamespace(**{
-    name: _elementwise(fn) for name, fn in {
-        "tanh": np.tanh, "log1p": np.log1p, "expm1": np.expm1, "log10": np.log10,
-        "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "tan": np.tan,
-        "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
-        "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "erfc": _erfc,
-        "trunc": np.trunc, "nearbyint": np.rint, "pow": np.power, "atan2": np.arctan2,
-        "hypot": np.hypot,
-    }.items()
-})
+libdevice = SimpleNamespace(
+    **{
+        name: _elementwise(fn)
+        for name, fn in {
+            "tanh": np.tanh,
+            "log1p": np.log1p,
+            "expm1": np.expm1,
+            "log10": np.log10,
+            "sqrt": np.sqrt,
+            "rsqrt": lambda x: 1.0 / np.sqrt(x),
+            "tan": np.tan,
+            "asin": np.arcsin,
+            "acos": np.arccos,
+            "atan": np.arctan,
+            "sinh": np.sinh,
+            "cosh": np.cosh,
+            "asinh": np.arcsinh,
+            "acosh": np.arccosh,
+            "atanh": np.arctanh,
+            "erfc": _erfc,
+            "trunc": np.trunc,
+            "nearbyint": np.rint,
+            "pow": np.power,
+            "atan2": np.arctan2,
+            "hypot": np.hypot,
+        }.items()
+    }
+)
 
 
 def float32_to_bfloat16_bits(data: np.ndarray) -> np.ndarray:

@@ -9,13 +9,13 @@ never change it: how each op lowers is the fusion plan's business
     x: float32[8, 64] stride (64, 1) cpu = input
     add: float32[8, 64] stride (64, 1) cpu = aten.add.Tensor(x, b)  # pointwise
 """
-from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from __future__ import annotations
 
 import keyword
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 import torch
@@ -32,7 +32,7 @@ class TensorMeta:
     device: torch.device
 
     @staticmethod
-    def of(t: torch.Tensor) -> "TensorMeta":
+    def of(t: torch.Tensor) -> TensorMeta:
         return TensorMeta(tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
 
     @property
@@ -53,6 +53,7 @@ class TensorMeta:
 @dataclass(frozen=True)
 class Ref:
     """An argument that is the value of another node."""
+
     name: str
 
     def __repr__(self) -> str:
@@ -128,8 +129,13 @@ class Graph:
     does not pass: the generated `call` takes them as keyword arguments).
     """
 
-    def __init__(self, nodes: list[Node], outputs: list, mutations: list[tuple[str, str]],
-                 constants: dict[str, torch.Tensor] | None = None):
+    def __init__(
+        self,
+        nodes: list[Node],
+        outputs: list,
+        mutations: list[tuple[str, str]],
+        constants: dict[str, torch.Tensor] | None = None,
+    ):
         self.nodes = {n.name: n for n in nodes}
         self.constants = constants or {}
         self.order = [n.name for n in nodes]
@@ -191,7 +197,7 @@ def _input_names(gm: torch.fx.GraphModule, wanted: list[str] | None) -> dict[str
     taken = {n.name for n in gm.graph.nodes} | RESERVED
     rename = {}
     for fx_name, want in zip(placeholders, wanted or []):
-        want = re.sub(r"[^A-Za-z0-9_]", "_", want)   # generated identifiers stay ASCII
+        want = re.sub(r"[^A-Za-z0-9_]", "_", want)  # generated identifiers stay ASCII
         if want and want.isidentifier() and want not in taken:
             rename[fx_name] = want
             taken.add(want)

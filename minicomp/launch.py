@@ -30,6 +30,7 @@ Launch configuration, measured on an H200 (benchmarks/experiments/):
     offset: its BLOCK_SIZE is the configuration's divided by `parts`, so that a
     program handles the same number of elements.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,10 +66,10 @@ class Launch:
 
     def __init__(self, kernel, numel: int, device: str, parts: int = 1):
         self.kernel, self.numel, self.device = kernel, numel, torch.device(device)
-        self.parts = parts   # elements written per offset
+        self.parts = parts  # elements written per offset
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
-        self._fast = None   # the bound launcher, once the kernel is compiled
+        self._fast = None  # the bound launcher, once the kernel is compiled
         self._lock = threading.Lock()
 
     def grid(self, block: int) -> int:
@@ -100,8 +101,9 @@ class Launch:
             if ran:  # Triton's JIT compiles (or loads its disk cache) and runs this call
                 compiled = self._jit_launch(args)
                 self._remember(compiled, args, aligned)
-            fast = _bind(compiled, self.grid(self.config[0]), self.config[0], self.device.index or 0, aligned,
-                         self._jit_launch)
+            fast = _bind(
+                compiled, self.grid(self.config[0]), self.config[0], self.device.index or 0, aligned, self._jit_launch
+            )
             if self._fast is None:
                 self._fast = fast
         if not ran:
@@ -120,15 +122,21 @@ class Launch:
         32 or 64 bits. Sizes themselves are not part of it, so a new batch size or
         sequence length reuses the binary."""
         block, warps = self.config
-        kinds = [str(a.dtype) if isinstance(a, torch.Tensor) else _int_class(a) if isinstance(a, int)
-                 else type(a).__name__ for a in args]
+        kinds = [
+            str(a.dtype) if isinstance(a, torch.Tensor) else _int_class(a) if isinstance(a, int) else type(a).__name__
+            for a in args
+        ]
         return cache.file("kernels", f"{self.name}_{self._key(f'{block}x{warps}', kinds)}.json")
 
     def _remember(self, compiled, args, aligned) -> None:
         try:
-            record = dict(hash=compiled.hash, metadata_group=compiled.metadata_group, aligned=sorted(aligned),
-                          signature=dict(compiled.src.signature),
-                          constants=[[list(k), v] for k, v in compiled.src.constants.items()])
+            record = dict(
+                hash=compiled.hash,
+                metadata_group=compiled.metadata_group,
+                aligned=sorted(aligned),
+                signature=dict(compiled.src.signature),
+                constants=[[list(k), v] for k, v in compiled.src.constants.items()],
+            )
             cache.write_atomic(self._record_path(args), json.dumps(record))
         except (AttributeError, TypeError, ValueError, OSError) as err:  # not restorable: the JIT path stays
             logs.cache.info("%s: compiled kernel not remembered (%s)", self.name, err)
@@ -146,8 +154,9 @@ class Launch:
             from triton.compiler.compiler import CompiledKernel
 
             _inside_triton_cache(record["metadata_group"])
-            src = types.SimpleNamespace(fn=self.kernel, signature=record["signature"],
-                                        constants={tuple(k): v for k, v in record["constants"]})
+            src = types.SimpleNamespace(
+                fn=self.kernel, signature=record["signature"], constants={tuple(k): v for k, v in record["constants"]}
+            )
             compiled = CompiledKernel(src, record["metadata_group"], record["hash"])
             compiled._init_handles()
         except Exception as err:  # noqa: BLE001 - a stale or damaged record: compile through the JIT
@@ -170,13 +179,17 @@ class Launch:
         except (ValueError, KeyError, TypeError) as err:
             if path.exists():
                 logs.cache.warning("tuning record %s is not usable (%s); measuring again", path.name, err)
-        times = {candidate: self._time(candidate, args) for candidate in
-                 [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]}
+        times = {
+            candidate: self._time(candidate, args)
+            for candidate in [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]
+        }
         best = min(times, key=times.get)
-        logs.fusion.info("%s: launch configs %s -> %s", self.name,
-                         {f"{b}x{w}": f"{ms:.3f} ms" for (b, w), ms in times.items()}, best)
-        cache.write_atomic(path, json.dumps({"config": list(best), "ms": {f"{b}x{w}": ms for (b, w), ms in
-                                                                          times.items()}}))
+        logs.fusion.info(
+            "%s: launch configs %s -> %s", self.name, {f"{b}x{w}": f"{ms:.3f} ms" for (b, w), ms in times.items()}, best
+        )
+        cache.write_atomic(
+            path, json.dumps({"config": list(best), "ms": {f"{b}x{w}": ms for (b, w), ms in times.items()}})
+        )
         return best
 
     def _per_part(self, block: int) -> int:
@@ -197,8 +210,9 @@ class Launch:
         """A hash of this kernel's text, the GPU, Triton's version and `parts`: names files on disk."""
         import triton
 
-        text = "\n".join([self.kernel.src, torch.cuda.get_device_name(self.device), triton.__version__]
-                         + [repr(p) for p in parts])
+        text = "\n".join(
+            [self.kernel.src, torch.cuda.get_device_name(self.device), triton.__version__] + [repr(p) for p in parts]
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -206,8 +220,13 @@ def _valid_config(value) -> tuple[int, int]:
     """(BLOCK_SIZE, num_warps) read from a tuning record, checked: a power of two from 16 to 65536
     elements and a warp count Triton accepts; anything else raises ValueError."""
     block, warps = value
-    if type(block) is not int or type(warps) is not int or not 16 <= block <= 1 << 16 or block & (block - 1) \
-            or warps not in WARPS:
+    if (
+        type(block) is not int
+        or type(warps) is not int
+        or not 16 <= block <= 1 << 16
+        or block & (block - 1)
+        or warps not in WARPS
+    ):
         raise ValueError(f"launch config {value!r} is not a power-of-two block and a warp count")
     return block, warps
 
@@ -227,7 +246,7 @@ def _inside_triton_cache(group: dict) -> None:
 def _int_class(value: int) -> str:
     """What Triton's JIT specializes an integer argument on."""
     kind = "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "any"
-    return f"int {kind} {'i32' if -2**31 <= value < 2**31 else 'i64'}"
+    return f"int {kind} {'i32' if -(2**31) <= value < 2**31 else 'i64'}"
 
 
 def _aligned_positions(args) -> set[int]:
@@ -250,9 +269,11 @@ def _bind(compiled, grid: int, block: int, device_index: int, aligned: set[int],
         c_launch, cooperative, pdl = launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
 
         def launch(stream, args):
-            c_launch(grid, 1, 1, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
-                     *args, block)
+            c_launch(
+                grid, 1, 1, stream, function, cooperative, pdl, None, None, metadata, None, None, None, *args, block
+            )
     else:
+
         def launch(stream, args):
             launcher(grid, 1, 1, stream, function, metadata, None, None, None, *args, block)
 

@@ -1,4 +1,5 @@
 """The memory layout of a value a kernel writes: the strides it is allocated and stored with."""
+
 from __future__ import annotations
 
 from minicomp.indexing import contiguous_strides

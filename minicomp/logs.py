@@ -13,6 +13,7 @@ Channels (each a `logging` logger named minicomp.<channel>):
 `set_logs("fusion,cache")` does the same from Python; `set_logs("")` turns them off.
 Records go to stderr unless the application configured handlers of its own.
 """
+
 from __future__ import annotations
 
 import logging

@@ -14,6 +14,7 @@ processes a module is identified by its classes' code (fingerprint.of_module)
 plus that same state. A forward that changes its own attributes (`self.k += 1`)
 runs eagerly: compiled code would not repeat the change.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,11 +24,27 @@ from minicomp import fingerprint, guards
 from minicomp.function import JitFunction
 
 # nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
-_INTERNAL = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_state_dict_hooks",
-             "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
-             "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_compiled_call_impl"}
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
-          "_forward_hooks_always_called")
+_INTERNAL = {
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+    "_is_full_backward_hook",
+    "_compiled_call_impl",
+}
+_HOOKS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
 
 
 class ModuleContext:
@@ -78,8 +95,12 @@ def _module_key(m: torch.nn.Module) -> tuple:
 
 def _object(value) -> bool:
     """An instance of a user class with attributes of its own (a config object)."""
-    return hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)) and \
-        not callable(value) and type(value).__module__ != "builtins"
+    return (
+        hasattr(value, "__dict__")
+        and not isinstance(value, (type, torch.nn.Module))
+        and not callable(value)
+        and type(value).__module__ != "builtins"
+    )
 
 
 def _attr_key(value, depth: int = 0):
@@ -95,8 +116,7 @@ class JitModule(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, fallback: str | None = None):
         super().__init__()
         self.module = module
-        self.compiled = JitFunction(self._forward, fallback, name=type(module).__name__,
-                                    context=ModuleContext(module))
+        self.compiled = JitFunction(self._forward, fallback, name=type(module).__name__, context=ModuleContext(module))
 
     def _forward(self, state, *args, **kwargs):
         return functional_call(self.module, state, args, kwargs)

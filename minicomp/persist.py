@@ -18,6 +18,7 @@ process), graphs that hold tensor constants (a closed-over tensor), functions
 whose fingerprint is incomplete (fingerprint.py), and signatures keyed by an
 object's identity (api.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,14 +36,20 @@ def _path(entry_key: str):
     return cache.file("entries", f"{entry_key}.json")
 
 
-def store(entry_key: str, source: str, name: str, interpret: bool, tensor_slots, mutated, outputs: Outputs
-          ) -> None:
+def store(entry_key: str, source: str, name: str, interpret: bool, tensor_slots, mutated, outputs: Outputs) -> None:
     encoded = outputs.dumps()
     if encoded is None:
         logs.cache.info("%s: returns values that cannot be stored: not cached across processes", name)
         return
-    record = dict(function=name, module=runtime.module_name(source, name), sha=runtime.source_hash(source),
-                  interpret=interpret, tensor_slots=list(tensor_slots), mutated=list(mutated), outputs=encoded)
+    record = dict(
+        function=name,
+        module=runtime.module_name(source, name),
+        sha=runtime.source_hash(source),
+        interpret=interpret,
+        tensor_slots=list(tensor_slots),
+        mutated=list(mutated),
+        outputs=encoded,
+    )
     cache.write_atomic(_path(entry_key), json.dumps(record))
 
 

@@ -11,6 +11,7 @@ process finds it there (persist.py) and skips code generation.
 Modules for CPU tensors are imported with Triton's interpreter switched on,
 with numpy stand-ins for libdevice (interpreter_math.py).
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,7 +35,7 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:20]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_hash() -> str:
     """A hash of minicomp's own source and templates (package data, minicomp/templates/):
     a changed compiler never reuses old entries."""
@@ -60,7 +61,7 @@ def load(source: str, name: str, interpret: bool) -> types.ModuleType:
     key = (source_hash(source), interpret)
     with _lock:
         path = module_path(source, name)
-        if key in _loaded and path.is_file():   # a cleared cache gets the file back
+        if key in _loaded and path.is_file():  # a cleared cache gets the file back
             return _loaded[key]
         on_disk = cache.read_text(path)
         if on_disk is None:

@@ -3,10 +3,11 @@
 A bottom-layer module (it imports torch only): the demo, `minicomp explain`,
 the benchmark and the tests all read it.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 def gelu_tanh(x, b):
     y = x + b
-    return 0.5 * y * (1 + torch.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))
+    return 0.5 * y * (1 + torch.tanh(0.7978845608 * (y + 0.044715 * y**3)))
 
 
 def gelu_erf(x, b):
@@ -47,31 +48,33 @@ class Workload:
     name: str
     fn: Callable
     make: Callable[[int, torch.dtype, torch.device], list]  # size -> inputs
-    sizes: list[int]            # the sweep; the last is the headline size
-    backward: bool = False      # time forward + backward
+    sizes: list[int]  # the sweep; the last is the headline size
+    backward: bool = False  # time forward + backward
 
 
 def _matrix(n_inputs: int, with_bias: bool):
     def make(rows: int, dtype, device):
         xs = [torch.randn(rows, 8192, dtype=dtype, device=device) for _ in range(n_inputs)]
         return xs + ([torch.randn(8192, dtype=dtype, device=device)] if with_bias else [])
+
     return make
 
 
 def _rope_inputs(requires_grad: bool):
     def make(seq: int, dtype, device):
-        q, k = (torch.randn(8, 32, seq, 128, dtype=dtype, device=device, requires_grad=requires_grad)
-                for _ in range(2))
+        q, k = (torch.randn(8, 32, seq, 128, dtype=dtype, device=device, requires_grad=requires_grad) for _ in range(2))
         cos, sin = (torch.randn(seq, 128, dtype=dtype, device=device) for _ in range(2))
         return [q, k, cos, sin]
+
     return make
 
 
-ROWS = [512, 2048, 8192]        # x of [rows, 8192]; 8192 rows is the headline [8192, 8192]
-SEQS = [128, 512, 2048, 8192]   # q, k of [8, 32, S, 128]
+ROWS = [512, 2048, 8192]  # x of [rows, 8192]; 8192 rows is the headline [8192, 8192]
+SEQS = [128, 512, 2048, 8192]  # q, k of [8, 32, S, 128]
 
 WORKLOADS = {
-    w.name: w for w in [
+    w.name: w
+    for w in [
         Workload("gelu_tanh", gelu_tanh, _matrix(1, True), ROWS),
         Workload("gelu_erf", gelu_erf, _matrix(1, True), ROWS),
         Workload("bias_relu", bias_relu, _matrix(1, True), ROWS),

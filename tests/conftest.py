@@ -1,4 +1,5 @@
 """Shared fixtures: the device under test, a private cache dir, eager comparison."""
+
 from __future__ import annotations
 
 import os

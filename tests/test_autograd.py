@@ -1,10 +1,11 @@
 """Compiled functions train: gradients match eager, and the backward is fused too."""
+
 import pytest
 import torch
+import workloads as w
+from conftest import kernel_count, tolerance
 
 import minicomp
-from conftest import kernel_count, tolerance
-import workloads as w
 
 
 def grads_match(fn, *args, grad_of=None):

@@ -1,4 +1,5 @@
 """The benchmark harness logic (CPU): the correctness gate, the floor arithmetic, the outputs."""
+
 import json
 
 import torch
@@ -34,10 +35,32 @@ def test_low_precision_gate_uses_a_float32_reference():
 
 
 def test_ratios_geomean_and_outputs(tmp_path):
-    rows = [dict(workload="w", dtype="float32", size=1, impl="inductor", check="ok", ms=2.0, floor_ms=1.0,
-                 gbps=1.0, x_floor=2.0, bytes=8),
-            dict(workload="w", dtype="float32", size=1, impl="minicomp", check="ok", ms=1.0, floor_ms=1.0,
-                 gbps=2.0, x_floor=1.0, bytes=8)]
+    rows = [
+        dict(
+            workload="w",
+            dtype="float32",
+            size=1,
+            impl="inductor",
+            check="ok",
+            ms=2.0,
+            floor_ms=1.0,
+            gbps=1.0,
+            x_floor=2.0,
+            bytes=8,
+        ),
+        dict(
+            workload="w",
+            dtype="float32",
+            size=1,
+            impl="minicomp",
+            check="ok",
+            ms=1.0,
+            floor_ms=1.0,
+            gbps=2.0,
+            x_floor=1.0,
+            bytes=8,
+        ),
+    ]
     report.add_ratios(rows)
     assert rows[1]["x_inductor"] == 0.5
     assert abs(report.geomean([0.5, 2.0]) - 1.0) < 1e-12
@@ -51,8 +74,10 @@ def test_ratios_geomean_and_outputs(tmp_path):
 def test_cpu_run_checks_and_skips_timings(tmp_path, capsys):
     if torch.cuda.is_available():
         return  # on a GPU this would be a full benchmark run
-    assert run.main(["--workloads", "bias_relu", "--dtypes", "float32", "--out", str(tmp_path),
-                     "--skip-compile-time"]) == 0
+    assert (
+        run.main(["--workloads", "bias_relu", "--dtypes", "float32", "--out", str(tmp_path), "--skip-compile-time"])
+        == 0
+    )
     assert "No CUDA GPU" in capsys.readouterr().out
     table = (tmp_path / "cpu" / "table.md").read_text()
     assert "| bias_relu | float32 | 4 | minicomp | ok | - |" in table

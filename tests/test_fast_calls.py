@@ -1,4 +1,5 @@
 """Issue: fast calls and compiles. Lean dispatch, the persistent cache, shapes, threads."""
+
 import json
 import os
 import subprocess
@@ -9,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import workloads as w
+from conftest import kernel_text
 
 import minicomp
 from minicomp import capture, codegen, fingerprint, runtime
 from minicomp.__main__ import main as cli
-from conftest import kernel_text
-import workloads as w
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,8 +41,12 @@ PROBE = textwrap.dedent("""
 def run_probe(cache: Path, count: int = 1) -> list[list[str]]:
     """Start `count` fresh processes at once on one cache dir; each prints 'ok traces seconds'."""
     env = dict(os.environ, MINICOMP_CACHE_DIR=str(cache))
-    procs = [subprocess.Popen([sys.executable, "-c", PROBE], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(count)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROBE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -77,11 +82,12 @@ def test_damaged_cache_entries_are_rebuilt(tmp_path, damage):
     else:
         module.unlink()
     [[ok, traces, _]] = run_probe(tmp_path)
-    assert ok == "True" and traces == "1"   # compiled again...
+    assert ok == "True" and traces == "1"  # compiled again...
     [[ok, traces, _]] = run_probe(tmp_path)
-    assert ok == "True" and traces == "0"   # ...and the rebuilt entry serves the next process
-    assert json.loads(next((tmp_path / "entries").glob("*.json")).read_text())["sha"] == \
-        runtime.source_hash(next((tmp_path / "modules").glob("*.py")).read_text())
+    assert ok == "True" and traces == "0"  # ...and the rebuilt entry serves the next process
+    assert json.loads(next((tmp_path / "entries").glob("*.json")).read_text())["sha"] == runtime.source_hash(
+        next((tmp_path / "modules").glob("*.py")).read_text()
+    )
 
 
 def test_a_cache_hit_call_does_not_trace_or_render(monkeypatch):
@@ -97,11 +103,14 @@ def test_a_cache_hit_call_does_not_trace_or_render(monkeypatch):
     torch.testing.assert_close(fn(x * 2, b), torch.relu(x * 2 + b))
 
 
-@pytest.mark.parametrize("workload, shapes", [
-    (w.rope, [[(2, 3, 8, 16), (2, 3, 8, 16), (8, 16), (8, 16)], [(5, 3, 8, 16), (5, 3, 8, 16), (8, 16), (8, 16)]]),
-    (w.bias_relu, [[(4, 96), (96,)], [(7, 96), (96,)]]),
-    (w.swiglu, [[(3, 5, 64), (3, 5, 64)], [(3, 9, 64), (3, 9, 64)]]),   # sequence length too: it merges into rows
-])
+@pytest.mark.parametrize(
+    "workload, shapes",
+    [
+        (w.rope, [[(2, 3, 8, 16), (2, 3, 8, 16), (8, 16), (8, 16)], [(5, 3, 8, 16), (5, 3, 8, 16), (8, 16), (8, 16)]]),
+        (w.bias_relu, [[(4, 96), (96,)], [(7, 96), (96,)]]),
+        (w.swiglu, [[(3, 5, 64), (3, 5, 64)], [(3, 9, 64), (3, 9, 64)]]),  # sequence length too: it merges into rows
+    ],
+)
 def test_batch_size_does_not_change_the_kernel_text(workload, shapes):
     fn = minicomp.jit(workload)
     texts = [kernel_text(fn.source(*[torch.randn(s) for s in signature])) for signature in shapes]
@@ -123,8 +132,11 @@ def test_same_kernel_text_for_other_dtypes_gets_its_own_binary(device):
     """`x * 2 + 1` renders the same Triton text for float32 and int32: the
     compiled binaries (and launch.py's records of them) must not be shared."""
     fn = minicomp.jit(lambda x: x * 2 + 1)
-    for x in (torch.randn(300, device=device), torch.arange(300, device=device, dtype=torch.int32),
-              torch.randn(300, device=device).half()):
+    for x in (
+        torch.randn(300, device=device),
+        torch.arange(300, device=device, dtype=torch.int32),
+        torch.randn(300, device=device).half(),
+    ):
         torch.testing.assert_close(fn(x), x * 2 + 1)
 
 
@@ -176,10 +188,10 @@ def test_fingerprint_follows_code_constants_and_helpers(monkeypatch):
     before = fingerprint.of(scaled)
     assert before == fingerprint.of(scaled)
     monkeypatch.setitem(globals(), "SCALE", 3.0)
-    assert fingerprint.of(scaled) != before          # a global constant is part of it
+    assert fingerprint.of(scaled) != before  # a global constant is part of it
     assert fingerprint.of(w.rope) != fingerprint.of(w.bias_relu)
     weight = torch.randn(3)
-    assert fingerprint.of(lambda x: x * weight) is None   # a closed-over tensor: never persisted
+    assert fingerprint.of(lambda x: x * weight) is None  # a closed-over tensor: never persisted
 
 
 def test_cache_command(tmp_path, monkeypatch, capsys):
@@ -222,10 +234,15 @@ CUDA_PROBE = textwrap.dedent("""
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels exist on the GPU only")
 def test_second_process_loads_the_compiled_kernel_without_triton_jit(tmp_path):
-    env = dict(os.environ, MINICOMP_CACHE_DIR=str(tmp_path / "mc"), TRITON_CACHE_DIR=str(tmp_path / "triton"),
-               MINICOMP_LOGS="cache")
-    runs = [subprocess.run([sys.executable, "-c", CUDA_PROBE], env=env, capture_output=True, text=True)
-            for _ in range(2)]
+    env = dict(
+        os.environ,
+        MINICOMP_CACHE_DIR=str(tmp_path / "mc"),
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        MINICOMP_LOGS="cache",
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", CUDA_PROBE], env=env, capture_output=True, text=True) for _ in range(2)
+    ]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr
     assert "compiled kernel loaded from" not in runs[0].stderr
     assert "compiled kernel loaded from" in runs[1].stderr and "entry" in runs[1].stderr

@@ -2,14 +2,15 @@
 
 Regenerate after an intended change with MINICOMP_UPDATE_GOLDEN=1 and read the diff.
 """
+
 import os
 from pathlib import Path
 
 import pytest
 import torch
+import workloads as w
 
 import minicomp
-import workloads as w
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -20,10 +21,19 @@ def mlp(x, wt, b):
 
 CASES = {
     "bias_gelu": (w.gelu_tanh, lambda: (torch.randn(8, 64), torch.randn(64))),
-    "rope": (w.rope, lambda: (torch.randn(2, 4, 16, 64), torch.randn(2, 4, 16, 64), torch.randn(16, 64), torch.randn(16, 64))),
-    "rope_training": (w.rope, lambda: (torch.randn(2, 4, 16, 64, requires_grad=True),
-                                       torch.randn(2, 4, 16, 64, requires_grad=True),
-                                       torch.randn(16, 64), torch.randn(16, 64))),  # forward, then backward
+    "rope": (
+        w.rope,
+        lambda: (torch.randn(2, 4, 16, 64), torch.randn(2, 4, 16, 64), torch.randn(16, 64), torch.randn(16, 64)),
+    ),
+    "rope_training": (
+        w.rope,
+        lambda: (
+            torch.randn(2, 4, 16, 64, requires_grad=True),
+            torch.randn(2, 4, 16, 64, requires_grad=True),
+            torch.randn(16, 64),
+            torch.randn(16, 64),
+        ),
+    ),  # forward, then backward
     "mlp_with_matmul": (mlp, lambda: (torch.randn(8, 16), torch.randn(16, 32), torch.randn(32))),
 }
 

@@ -1,8 +1,9 @@
 """Property tests: random shapes, broadcasts, strides, dtypes and view chains against eager."""
-import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
 
+import torch
 from conftest import check
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.bool])
@@ -30,12 +31,19 @@ def strided_tensor(draw, ndim=None, dtype=None):
 def test_binary_ops_broadcast_over_random_layouts(x, data):
     # a broadcastable partner: drop leading dims, set some dims to 1
     keep = data.draw(st.integers(0, x.ndim))
-    shape = [1 if data.draw(st.booleans()) else s for s in x.shape[x.ndim - keep:]]
+    shape = [1 if data.draw(st.booleans()) else s for s in x.shape[x.ndim - keep :]]
     y = torch.randn(shape) * 3
-    fn = data.draw(st.sampled_from([
-        lambda a, b: a + b, lambda a, b: a * b - 1, lambda a, b: torch.where(a > 0, b, a * 2),
-        lambda a, b: torch.maximum(a, b), lambda a, b: (a.float() / (b.abs() + 1)).to(a.dtype if a.dtype != torch.bool else torch.float32),
-    ]))
+    fn = data.draw(
+        st.sampled_from(
+            [
+                lambda a, b: a + b,
+                lambda a, b: a * b - 1,
+                lambda a, b: torch.where(a > 0, b, a * 2),
+                lambda a, b: torch.maximum(a, b),
+                lambda a, b: (a.float() / (b.abs() + 1)).to(a.dtype if a.dtype != torch.bool else torch.float32),
+            ]
+        )
+    )
     print(f"repro: x {x.dtype} {list(x.shape)} stride {x.stride()}, y {list(y.shape)}")
     check(fn, x, y)
 
@@ -43,8 +51,9 @@ def test_binary_ops_broadcast_over_random_layouts(x, data):
 @SETTINGS
 @given(strided_tensor(ndim=3, dtype=torch.float32), st.data())
 def test_random_view_slice_cat_chains(x, data):
-    ops = data.draw(st.lists(st.sampled_from(["t", "slice", "flip", "cat", "unsqueeze", "tanh", "reshape"]),
-                             min_size=1, max_size=4))
+    ops = data.draw(
+        st.lists(st.sampled_from(["t", "slice", "flip", "cat", "unsqueeze", "tanh", "reshape"]), min_size=1, max_size=4)
+    )
 
     def chain(x):
         for op in ops:

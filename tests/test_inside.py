@@ -1,4 +1,5 @@
 """Issue: see inside. explain, log channels, profiler names, the Dynamo backend, nn.Module."""
+
 import importlib.metadata
 import logging
 import os
@@ -8,11 +9,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import torch
+import workloads as w
 
 import minicomp
 import minicomp.dynamo
 from minicomp import logs
-import workloads as w
 
 
 def test_explain_shows_every_stage_and_writes_the_image(tmp_path):
@@ -21,10 +22,10 @@ def test_explain_shows_every_stage_and_writes_the_image(tmp_path):
     text = str(report)
     for title in ["captured ATen graph", "IR", "fusion plan", "generated module", "image"]:
         assert f"==== {title}" in text
-    assert "torch.ops.aten.tanh.default" in text          # the FX graph
-    assert "= aten.tanh.default(" in text                 # the IR
-    assert "kernel mc_fused_add_mul_pow_tanh_0" in text    # the plan
-    assert "@triton.jit" in text                          # the source
+    assert "torch.ops.aten.tanh.default" in text  # the FX graph
+    assert "= aten.tanh.default(" in text  # the IR
+    assert "kernel mc_fused_add_mul_pow_tanh_0" in text  # the plan
+    assert "@triton.jit" in text  # the source
     svg = ET.parse(report.image).getroot()
     labels = "".join(t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text"))
     assert "mc_fused_add_mul_pow_tanh_0" in labels and "tanh" in labels
@@ -47,6 +48,7 @@ def test_explain_covers_forward_and_backward():
 def test_explain_command_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     from minicomp.__main__ import main
+
     assert main(["explain", "bias_relu"]) == 0
     assert "==== generated module" in capsys.readouterr().out
     assert (tmp_path / "bias_relu.svg").exists()
@@ -87,7 +89,8 @@ def test_profiler_sees_a_range_per_call(device):
     x, b = torch.randn(8, 32, device=device), torch.randn(32, device=device)
     fn(x, b)
     activities = [torch.profiler.ProfilerActivity.CPU] + (
-        [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []
+    )
     with torch.profiler.profile(activities=activities) as prof:
         fn(x, b)
         if device.type == "cuda":
@@ -105,7 +108,7 @@ class TwoStage(torch.nn.Module):
 
     def forward(self, x):
         y = torch.nn.functional.gelu(x * self.scale)
-        print("graph break here")      # Dynamo splits the graph: two graphs for minicomp
+        print("graph break here")  # Dynamo splits the graph: two graphs for minicomp
         return torch.relu(y + 1) * 2
 
 
@@ -116,7 +119,7 @@ def test_dynamo_backend_runs_a_module_with_a_graph_break(device, capsys):
     before = next(minicomp.dynamo._graph_ids)
     compiled = torch.compile(model, backend=minicomp.dynamo.backend)
     torch.testing.assert_close(compiled(x), model(x))
-    assert next(minicomp.dynamo._graph_ids) - before - 1 >= 2   # both graphs went through minicomp
+    assert next(minicomp.dynamo._graph_ids) - before - 1 >= 2  # both graphs went through minicomp
     x.requires_grad_(True)
     compiled(x).sum().backward()
     expected = torch.autograd.grad(model(x).sum(), x)[0]
@@ -149,6 +152,6 @@ def test_jit_accepts_a_module_and_trains_it(device):
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
         net(x).square().sum().backward()
         opt.step()
-    torch.testing.assert_close(model[0].weight, reference[0].weight)   # gradients reached the parameters
+    torch.testing.assert_close(model[0].weight, reference[0].weight)  # gradients reached the parameters
     with torch.no_grad():
-        torch.testing.assert_close(jitted(x), reference(x))          # and the update is seen
+        torch.testing.assert_close(jitted(x), reference(x))  # and the update is seen

@@ -4,6 +4,7 @@ Read from the source (every `import`, including the ones inside functions), so
 a lazy import cannot hide a cycle. The core (everything below `function`) never
 imports the user-facing layers: api, nn, explain, demo, bench.
 """
+
 from __future__ import annotations
 
 import ast
@@ -15,17 +16,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "minicomp"
 
 # bottom first; a subpackage (ops, codegen, bench, templates) is one unit
 LAYERS = [
-    ["config", "logs", "dtypes", "workloads", "templates"],        # knows nothing of the compiler
-    ["cache", "indexing", "ir", "guards", "interpreter_math"],     # data structures, disk, guards
-    ["layout", "ops", "launch", "runtime", "fallback"],            # lowering rules, loading, launching
-    ["fusion", "fingerprint", "capture"],                          # the plan; tracing
-    ["codegen"],                                                   # plan -> source
-    ["compiler", "persist"],                                       # the pipeline; entries on disk
-    ["autograd", "dynamo", "function"],                            # what a call compiles to
+    ["config", "logs", "dtypes", "workloads", "templates"],  # knows nothing of the compiler
+    ["cache", "indexing", "ir", "guards", "interpreter_math"],  # data structures, disk, guards
+    ["layout", "ops", "launch", "runtime", "fallback"],  # lowering rules, loading, launching
+    ["fusion", "fingerprint", "capture"],  # the plan; tracing
+    ["codegen"],  # plan -> source
+    ["compiler", "persist"],  # the pipeline; entries on disk
+    ["autograd", "dynamo", "function"],  # what a call compiles to
     ["nn"],
     ["api"],
     ["explain"],
-    ["demo", "bench", "__main__", "__init__"],                     # the user's commands
+    ["demo", "bench", "__main__", "__init__"],  # the user's commands
 ]
 USER_FACING = {"api", "nn", "explain", "demo", "bench", "__main__", "__init__"}
 
@@ -41,7 +42,7 @@ def imported_units(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module == "minicomp":   # from minicomp import x, y
+        elif isinstance(node, ast.ImportFrom) and node.module == "minicomp":  # from minicomp import x, y
             names = [f"minicomp.{a.name}" for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module]

@@ -4,6 +4,7 @@ For each op in `unary_ufuncs` and `binary_ufuncs`, the first few float32 sample
 inputs run eagerly and compiled; results must match. Ops minicomp does not
 lower run as ATen calls inside the generated wrapper, so they must match too.
 """
+
 import pytest
 import torch
 
@@ -21,8 +22,11 @@ EXPECTED_FAILURES = {
     "nn.functional.rrelu": "random op: draws differ between two runs",
 }
 
-OPS = [op for op in unary_ufuncs + binary_ufuncs
-       if torch.float32 in op.supported_dtypes("cpu") and not op.name.startswith("_refs")]
+OPS = [
+    op
+    for op in unary_ufuncs + binary_ufuncs
+    if torch.float32 in op.supported_dtypes("cpu") and not op.name.startswith("_refs")
+]
 
 
 def _tensors_first(sample):
@@ -34,7 +38,10 @@ def _tensors_first(sample):
 SKIPPED = {
     # a jiterator op launches a real CUDA kernel on the fake tensors of the trace:
     # make_fx cannot trace it, and the failed launch poisons the CUDA context
-    "jiterator_unary", "jiterator_binary", "jiterator_binary_return_by_ref", "jiterator_4inputs_with_extra_args",
+    "jiterator_unary",
+    "jiterator_binary",
+    "jiterator_binary_return_by_ref",
+    "jiterator_4inputs_with_extra_args",
 }
 
 
@@ -58,5 +65,6 @@ def test_opinfo_matches_eager(op, device):
         except Exception:  # the sample is invalid for eager too: nothing to compare
             continue
         actual = minicomp.jit(fn)(*args, **kwargs)
-        torch.testing.assert_close(actual, expected, equal_nan=True, atol=1e-5, rtol=1.3e-5,
-                                   msg=lambda m: f"{op.name} on {sample}: {m}")
+        torch.testing.assert_close(
+            actual, expected, equal_nan=True, atol=1e-5, rtol=1.3e-5, msg=lambda m: f"{op.name} on {sample}: {m}"
+        )

@@ -1,7 +1,7 @@
 """Lowering of individual ops and type promotion, against eager."""
+
 import pytest
 import torch
-
 from conftest import check
 
 
@@ -39,8 +39,16 @@ def test_alpha_scalars_and_int_to_float_promotion(device):
 def test_comparisons_logical_and_where(device):
     x, y = rand(4, 8, device=device), rand(4, 8, device=device)
     m = rand(4, 8, dtype=torch.bool, device=device)
-    fn = lambda x, y, m: (x > y, x <= 0.5, torch.logical_and(m, x > 0), torch.logical_not(m),  # noqa: E731
-                          torch.where(m, x, y), torch.where(x > 0, x, 1.0), torch.logical_xor(m, y < 0), ~m)
+    fn = lambda x, y, m: (
+        x > y,
+        x <= 0.5,
+        torch.logical_and(m, x > 0),
+        torch.logical_not(m),  # noqa: E731
+        torch.where(m, x, y),
+        torch.where(x > 0, x, 1.0),
+        torch.logical_xor(m, y < 0),
+        ~m,
+    )
     check(fn, x, y, m, kernels=1)
 
 
@@ -48,32 +56,65 @@ def test_clamp_family_propagates_nan(device):
     x = rand(6, 7, device=device)
     x[0, 0] = float("nan")
     lo, hi = rand(6, 7, device=device), rand(6, 7, device=device) + 2
-    check(lambda x, lo, hi: (x.clamp(-0.5, 0.5), x.clamp(min=0.1), x.clamp(max=0.2), torch.clamp(x, lo, hi),
-                             torch.maximum(x, lo), torch.minimum(x, hi), torch.relu(x)), x, lo, hi, kernels=1)
+    check(
+        lambda x, lo, hi: (
+            x.clamp(-0.5, 0.5),
+            x.clamp(min=0.1),
+            x.clamp(max=0.2),
+            torch.clamp(x, lo, hi),
+            torch.maximum(x, lo),
+            torch.minimum(x, hi),
+            torch.relu(x),
+        ),
+        x,
+        lo,
+        hi,
+        kernels=1,
+    )
 
 
 @pytest.mark.parametrize("exponent", [0, 1, 2, 3, 0.5, -1, 2.7])
 def test_pow_with_scalar_exponent(device, exponent):
     x = rand(5, 5, device=device).abs() + 0.1
-    check(lambda x: x ** exponent, x, kernels=1)
+    check(lambda x: x**exponent, x, kernels=1)
 
 
 def test_pow_with_tensor_exponent_and_scalar_base(device):
     x, y = rand(5, 5, device=device).abs() + 0.1, rand(5, 5, device=device)
-    check(lambda x, y: (x ** y, 2 ** y, 3.0 ** y), x, y, kernels=1)
+    check(lambda x, y: (x**y, 2**y, 3.0**y), x, y, kernels=1)
 
 
 def test_integer_pow_with_tensor_exponent_runs_in_aten(device):
     x = rand(5, dtype=torch.int64, device=device)
     e = torch.randint(0, 4, (5,), device=device)
-    check(lambda x, e: x ** e + 1, x, e)
+    check(lambda x, e: x**e + 1, x, e)
 
 
 def test_unary_math(device):
     x = rand(3, 50, device=device) * 0.9
-    ops = [torch.exp, torch.exp2, torch.log1p, torch.expm1, torch.sin, torch.cos, torch.tan, torch.tanh,
-           torch.erf, torch.sigmoid, torch.abs, torch.neg, torch.floor, torch.ceil, torch.round, torch.trunc,
-           torch.sign, torch.atan, torch.asin, torch.sinh, torch.frac]
+    ops = [
+        torch.exp,
+        torch.exp2,
+        torch.log1p,
+        torch.expm1,
+        torch.sin,
+        torch.cos,
+        torch.tan,
+        torch.tanh,
+        torch.erf,
+        torch.sigmoid,
+        torch.abs,
+        torch.neg,
+        torch.floor,
+        torch.ceil,
+        torch.round,
+        torch.trunc,
+        torch.sign,
+        torch.atan,
+        torch.asin,
+        torch.sinh,
+        torch.frac,
+    ]
     check(lambda x: [op(x) for op in ops], x, kernels=1)
     pos = x.abs() + 0.05
     check(lambda x: (x.sqrt(), x.rsqrt(), x.log(), x.log2(), x.log10(), x.reciprocal()), pos, kernels=1)
@@ -82,15 +123,43 @@ def test_unary_math(device):
 def test_activations_through_decompositions(device):
     F = torch.nn.functional
     x = rand(4, 33, device=device) * 3
-    check(lambda x: (F.silu(x), F.mish(x), F.softplus(x), F.hardtanh(x), F.leaky_relu(x, 0.1), F.elu(x),
-                     F.hardsigmoid(x), F.hardswish(x), F.gelu(x), F.gelu(x, approximate="tanh")), x, kernels=1)
+    check(
+        lambda x: (
+            F.silu(x),
+            F.mish(x),
+            F.softplus(x),
+            F.hardtanh(x),
+            F.leaky_relu(x, 0.1),
+            F.elu(x),
+            F.hardsigmoid(x),
+            F.hardswish(x),
+            F.gelu(x),
+            F.gelu(x, approximate="tanh"),
+        ),
+        x,
+        kernels=1,
+    )
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8,
-                                   torch.int16, torch.int32, torch.int64, torch.bool])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.bool,
+    ],
+)
 def test_dtypes_and_conversions(device, dtype):
     x = rand(9, 11, dtype=dtype, device=device)
-    check(lambda x: (x.to(torch.float32) * 2, x.to(torch.int32), x.to(torch.bool), x.to(torch.float16) + 1), x, kernels=1)
+    check(
+        lambda x: (x.to(torch.float32) * 2, x.to(torch.int32), x.to(torch.bool), x.to(torch.float16) + 1), x, kernels=1
+    )
     if dtype != torch.bool:
         check(lambda x: (x.abs(), -x if dtype != torch.uint8 else x + 1), x, kernels=1)
 
@@ -114,7 +183,7 @@ def test_empty_tensors(device):
 
 def test_non_contiguous_and_expanded_inputs(device):
     base = rand(6, 8, device=device)
-    t = base.t()                       # transposed view
+    t = base.t()  # transposed view
     s = rand(6, 16, device=device)[:, ::2]  # strided slice
     e = rand(1, 8, device=device).expand(6, 8)
     check(lambda t, s, e: (t.t() + s) * e, t, s, e, kernels=1)
@@ -133,8 +202,15 @@ def test_python_scalars_are_constants_and_defaults_bind(device):
 
 def test_constants_and_factories(device):
     x = rand(4, 5, device=device)
-    check(lambda x: (torch.ones_like(x) * x, torch.full((4, 5), 3.0, device=x.device) + x,
-                     torch.arange(5, device=x.device) * x), x, kernels=1)
+    check(
+        lambda x: (
+            torch.ones_like(x) * x,
+            torch.full((4, 5), 3.0, device=x.device) + x,
+            torch.arange(5, device=x.device) * x,
+        ),
+        x,
+        kernels=1,
+    )
 
 
 def test_inplace_ops_mutate_inputs_like_eager(device):
@@ -157,3 +233,18 @@ def test_unsupported_ops_run_in_aten_and_never_crash(device):
     source = check(lambda x: torch.sort(x * 2, dim=-1).values + 1, x, kernels=2)
     assert "torch.ops.aten.sort" in source
     check(lambda x: (x.sum(dim=0) + 1, x.cumsum(1) * 2), x)
+
+
+def test_every_lowering_rule_is_reachable():
+    """A rule whose ATen op the capture's decompositions always rewrite (silu, rsub, transpose,
+    the *_backward ops) can never run: such rules are dead code, and this lists them."""
+    from minicomp import capture, ops
+
+    decompositions = capture.decompositions()
+    unreachable = []
+    for table in (ops.POINTWISE, ops.VIEWS, ops.INDEXED):
+        for name in table:
+            packet = getattr(torch.ops.aten, name, None) or getattr(torch.ops.prims, name)
+            if all(getattr(packet, o) in decompositions for o in packet.overloads()):
+                unreachable.append(name)
+    assert unreachable == []

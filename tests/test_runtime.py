@@ -1,4 +1,5 @@
 """Cache behaviour, debug dumps, the fallback policy, and the installed wheel."""
+
 import os
 import subprocess
 import sys
@@ -7,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import workloads as w
 
 import minicomp
 from minicomp import runtime
-import workloads as w
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,8 +54,9 @@ def test_untraceable_function_falls_back_to_eager_with_a_warning():
     with pytest.warns(UserWarning, match="branches on tensor values.*Running it eagerly"):
         out = minicomp.jit(data_dependent, fallback="warn")(x)
     torch.testing.assert_close(out, x * 2)
-    with pytest.raises(minicomp.CompileError, match="could not compile data_dependent: it branches on tensor "
-                                                   "values.*torch.where"):
+    with pytest.raises(
+        minicomp.CompileError, match="could not compile data_dependent: it branches on tensor values.*torch.where"
+    ):
         minicomp.jit(data_dependent, fallback="raise")(x)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -63,16 +65,34 @@ def test_untraceable_function_falls_back_to_eager_with_a_warning():
 
 def test_installed_wheel_ships_templates_and_compiles(tmp_path):
     """Build the wheel, install it alone into a folder, and compile from there."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        check=True,
+    )
     wheel = next((tmp_path / "dist").glob("minicomp-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                    str(tmp_path / "site"), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path / "site"), str(wheel)],
+        check=True,
+    )
     assert (tmp_path / "site" / "minicomp" / "templates" / "pointwise.py.j2").exists()
-    script = ("import torch, minicomp; f = minicomp.jit(lambda x: torch.relu(x) + 1, fallback='raise'); "
-              "x = torch.randn(5); assert torch.equal(f(x), torch.relu(x) + 1); "
-              "print(minicomp.__file__)")
+    script = (
+        "import torch, minicomp; f = minicomp.jit(lambda x: torch.relu(x) + 1, fallback='raise'); "
+        "x = torch.randn(5); assert torch.equal(f(x), torch.relu(x) + 1); "
+        "print(minicomp.__file__)"
+    )
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"), MINICOMP_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True,
-                         cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True, cwd=tmp_path
+    )
     assert str(tmp_path / "site") in out.stdout

@@ -1,9 +1,9 @@
 """Each seed workload is exactly one kernel and matches eager, in 32- and 16-bit floats."""
+
 import pytest
 import torch
-
-from conftest import check
 import workloads as w
+from conftest import check
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SHAPES = [(37, 65), (3, 5, 129)]  # odd sizes: masks and broadcasts must be right

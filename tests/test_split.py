@@ -1,14 +1,15 @@
 """Walking a dim in parts at its cat/slice boundaries (codegen/split.py): each part's choices
 are decided in the kernel text, so every element is loaded once and no lane selects."""
+
 import re
 
 import pytest
 import torch
 import torch.nn.functional as F
-
-import minicomp
 import workloads as w
 from conftest import check, kernel_text
+
+import minicomp
 from minicomp.codegen.split import Split, boundary, choose
 from minicomp.indexing import IterationSpace
 
@@ -19,10 +20,10 @@ def loads(source: str) -> list[str]:
 
 def test_boundary_is_where_a_comparison_changes_truth():
     assert boundary(1, 0, ">=", 64) == [64]
-    assert boundary(1, 0, "<", 64) == [64]          # the same cut, seen from below
-    assert boundary(1, 5, ">=", 64) == [59]         # x + 5 >= 64
-    assert boundary(2, 0, ">=", 5) == [3]           # 2x >= 5 from x = 3 on
-    assert boundary(-1, 127, ">=", 64) == [64]      # 127 - x >= 64 (a flip) up to x = 63
+    assert boundary(1, 0, "<", 64) == [64]  # the same cut, seen from below
+    assert boundary(1, 5, ">=", 64) == [59]  # x + 5 >= 64
+    assert boundary(2, 0, ">=", 5) == [3]  # 2x >= 5 from x = 3 on
+    assert boundary(-1, 127, ">=", 64) == [64]  # 127 - x >= 64 (a flip) up to x = 63
     assert boundary(1, 0, "==", 3) == [3, 4]
 
 
@@ -30,11 +31,11 @@ def test_choose_takes_equal_parts_of_the_innermost_dim():
     space = IterationSpace([4, 2, 128])
     assert choose(space, {2: {64}}) == Split(dim=2, parts=2, size=64)
     assert choose(space, {2: {32, 64, 96}}) == Split(dim=2, parts=4, size=32)
-    assert choose(space, {2: {48}}) is None                  # gcd 16: 8 parts, too many copies of the body
+    assert choose(space, {2: {48}}) is None  # gcd 16: 8 parts, too many copies of the body
     assert choose(IterationSpace([4, 16]), {1: {8}}) is None  # 8-element runs: too short for full vectors
-    assert choose(space, {1: {1}}) == Split(dim=1, parts=2, size=1)   # an outer dim: parts of any size
-    assert choose(space, {1: {1}, 2: {64}}).dim == 2         # the innermost wins
-    assert choose(space, {2: {0, 128}}) is None              # no cut inside the range
+    assert choose(space, {1: {1}}) == Split(dim=1, parts=2, size=1)  # an outer dim: parts of any size
+    assert choose(space, {1: {1}, 2: {64}}).dim == 2  # the innermost wins
+    assert choose(space, {2: {0, 128}}) is None  # no cut inside the range
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -65,8 +66,7 @@ def test_rope_backward_loads_each_element_once(device):
 
 def test_four_parts_of_a_shuffled_cat(device):
     x = torch.randn(3, 5, 128, device=device)
-    source = check(lambda x: torch.cat([x[..., 32:64], -x[..., 96:], x[..., :32], x[..., 64:96]], -1) * 2, x,
-                   kernels=1)
+    source = check(lambda x: torch.cat([x[..., 32:64], -x[..., 96:], x[..., :32], x[..., 64:96]], -1) * 2, x, kernels=1)
     assert "walked as 4 parts of 32" in source and len(loads(source)) == 4
 
 
@@ -106,5 +106,6 @@ def test_a_split_kernel_keeps_the_elements_per_program_of_its_config():
 
     def kernel():
         pass
+
     assert [Launch(kernel, 4096, "cuda", parts=p)._per_part(1024) for p in (1, 2, 3, 4)] == [1024, 512, 256, 256]
     assert Launch(kernel, 64, "cuda", parts=4)._per_part(32) == 16

@@ -1,5 +1,6 @@
 """Issue: never a wrong result. One test per way minicomp was found to differ from eager (items 1-16),
 per clear-error bullet, and per hole in the cache; each is named after what it guards."""
+
 import functools
 import math
 import warnings
@@ -7,15 +8,15 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import kernel_count
 from torch import nn
 
 import minicomp
 from minicomp import guards
-from conftest import kernel_count
 
 
 def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -28,6 +29,7 @@ def quietly(fn, *args, **kwargs):
 
 # -- 1. modules do not share code ---------------------------------------------------
 
+
 def test_modules_do_not_share_each_others_code():
     x = torch.tensor([-1.0, 2.0])
     torch.testing.assert_close(minicomp.jit(nn.ReLU())(x), torch.relu(x))
@@ -36,6 +38,7 @@ def test_modules_do_not_share_each_others_code():
 
 
 # -- 2. mode and attributes are guarded ---------------------------------------------
+
 
 def test_batchnorm_train_then_eval_uses_running_stats_and_leaves_them():
     torch.manual_seed(0)
@@ -48,7 +51,7 @@ def test_batchnorm_train_then_eval_uses_running_stats_and_leaves_them():
     stats = bn.running_mean.clone()
     with torch.no_grad():
         torch.testing.assert_close(fn(x), ref(x))
-    torch.testing.assert_close(bn.running_mean, stats)   # eval mode never updates them
+    torch.testing.assert_close(bn.running_mean, stats)  # eval mode never updates them
     assert bn.num_batches_tracked.item() == 1
 
 
@@ -105,6 +108,7 @@ def test_forward_hook_added_later_is_seen():
 
 # -- 3. the first call with an input that requires grad runs once --------------------
 
+
 def test_first_call_with_grad_applies_side_effects_once(device):
     def f(x, w):
         x.mul_(2)
@@ -129,19 +133,23 @@ def test_batchnorm_counts_one_batch_per_training_call():
 
 # -- 4. aliased inputs ----------------------------------------------------------------
 
+
 def add_then_read(a, b):
     a.add_(1)
     return b * 2
 
 
-@pytest.mark.parametrize("make", [
-    lambda x: (x, x),
-    lambda x: (x, x[2:6]),
-    lambda x: (x[2:6], x),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: (x, x),
+        lambda x: (x, x[2:6]),
+        lambda x: (x[2:6], x),
+    ],
+)
 def test_aliased_inputs_see_the_write(device, make):
     fn = minicomp.jit(add_then_read)
-    fn(torch.zeros(8, device=device), torch.zeros(8, device=device))   # compiled for distinct inputs
+    fn(torch.zeros(8, device=device), torch.zeros(8, device=device))  # compiled for distinct inputs
     x, y = torch.zeros(8, device=device), torch.zeros(8, device=device)
     expected = add_then_read(*make(y))
     torch.testing.assert_close(fn(*make(x)), expected)
@@ -158,10 +166,11 @@ def test_aliased_inputs_on_the_first_training_call(device):
     x, y = torch.zeros(4, device=device), torch.zeros(4, device=device)
     fn = minicomp.jit(f)
     torch.testing.assert_close(fn(x, x, w), f(y, y, w))
-    torch.testing.assert_close(fn(torch.zeros(4, device=device), x, w), x * w)   # later calls compile
+    torch.testing.assert_close(fn(torch.zeros(4, device=device), x, w), x * w)  # later calls compile
 
 
 # -- 5. the persistent key covers what the function reads (see also test_trust_cache) --
+
 
 def test_fingerprint_covers_module_attributes_and_bound_self(tmp_path, monkeypatch):
     from minicomp import fingerprint
@@ -188,10 +197,11 @@ def test_fingerprint_covers_module_attributes_and_bound_self(tmp_path, monkeypat
         def method(self, x):
             return x * self.k
 
-    assert fingerprint.of(Holder(2).method) is None   # an object's state: never persisted
+    assert fingerprint.of(Holder(2).method) is None  # an object's state: never persisted
 
 
 # -- 6, 7. scalars by their bits, numpy arrays by their contents -----------------------
+
 
 def test_negative_zero_is_not_positive_zero(device):
     fn = minicomp.jit(lambda x, s: x / s)
@@ -231,6 +241,7 @@ def test_objects_that_cannot_be_watched_run_eagerly():
 
 # -- 8. global modes are guarded --------------------------------------------------------
 
+
 def test_autocast_is_guarded():
     fn = minicomp.jit(lambda a, b: (a @ b).relu())
     a, b = torch.randn(4, 4), torch.randn(4, 4)
@@ -259,6 +270,7 @@ def test_global_state_key_names_what_changed():
 
 
 # -- 9-12, 14. arithmetic as eager does it ------------------------------------------
+
 
 def test_negation_keeps_the_sign_of_zero(device):
     a = torch.zeros(4, device=device)
@@ -289,8 +301,17 @@ def test_int32_plus_a_huge_python_int_wraps_like_eager(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("op", [lambda x: x + 3.3, lambda x: x - 0.7, lambda x: 1.3 - x, lambda x: x * 3.3,
-                                lambda x: x / 3.3, lambda x: torch.add(x, x, alpha=1.7)])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x: x + 3.3,
+        lambda x: x - 0.7,
+        lambda x: 1.3 - x,
+        lambda x: x * 3.3,
+        lambda x: x / 3.3,
+        lambda x: torch.add(x, x, alpha=1.7),
+    ],
+)
 def test_16_bit_tensor_and_python_float_match_eager_exactly(device, dtype, op):
     x = torch.randn(256, device=device).to(dtype)
     assert torch.equal(minicomp.jit(op)(x), op(x))
@@ -312,14 +333,15 @@ def test_first_run_failure_falls_back_to_eager(monkeypatch):
     x = torch.randn(3)
     with pytest.warns(UserWarning, match="kernel launch failed"):
         torch.testing.assert_close(fn(x), x * 2)
-    torch.testing.assert_close(fn(x), x * 2)    # the signature now runs eagerly, quietly
+    torch.testing.assert_close(fn(x), x * 2)  # the signature now runs eagerly, quietly
     strict = minicomp.jit(lambda x: x * 3, fallback="raise")
-    for _ in range(2):   # raising remembers nothing: the next call does not run eagerly in silence
+    for _ in range(2):  # raising remembers nothing: the next call does not run eagerly in silence
         with pytest.raises(minicomp.CompileError, match="kernel launch failed"):
             strict(x)
 
 
 # -- 13, 15. outputs: types and aliasing as in eager ---------------------------------
+
 
 def test_non_tensor_outputs_come_back_as_returned():
     def f(x):
@@ -356,18 +378,27 @@ def test_same_tensor_returned_twice_is_one_object():
 
 
 def test_output_structure_survives_the_persistent_cache():
-    from minicomp.capture import Outputs
     from torch.utils import _pytree as pytree
 
+    from minicomp.capture import Outputs
+
     spec = pytree.tree_flatten((0, "x", torch.Size([2]), 0, 0, 0, -0.0), is_leaf=lambda v: isinstance(v, torch.Size))[1]
-    kinds = [("tensor", 0), ("const", "x"), ("const", torch.Size([2])), ("input", 0), ("same", 0),
-             ("view", 1, (2,), (1,), 3), ("const", -0.0)]
+    kinds = [
+        ("tensor", 0),
+        ("const", "x"),
+        ("const", torch.Size([2])),
+        ("input", 0),
+        ("same", 0),
+        ("view", 1, (2,), (1,), 3),
+        ("const", -0.0),
+    ]
     again = Outputs.loads(Outputs(spec, kinds).dumps())
     assert again.kinds[:6] == kinds[:6] and math.copysign(1, again.kinds[6][1]) < 0
-    assert Outputs(spec, [("const", object())]).dumps() is None   # such an entry is not stored
+    assert Outputs(spec, [("const", object())]).dumps() is None  # such an entry is not stored
 
 
 # -- 16. partial rotary gradients ---------------------------------------------------
+
 
 def partial_rope(q, cos, sin):
     r = cos.shape[-1]
@@ -386,7 +417,7 @@ def test_partial_rotary_gradients_match_eager(device):
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b)
     saved = fn.entry(q, cos, sin).backward.graph.inputs
-    assert not any(name.startswith("slice") for name in saved), saved   # views are recomputed, not saved
+    assert not any(name.startswith("slice") for name in saved), saved  # views are recomputed, not saved
 
 
 def test_saved_view_keeps_its_strides():
@@ -398,10 +429,10 @@ def test_saved_view_keeps_its_strides():
 
 # -- clear errors instead of crashes -------------------------------------------------
 
+
 def test_partial_callable_objects_and_builtins_compile():
     x, y = torch.randn(5), torch.randn(5)
-    torch.testing.assert_close(minicomp.jit(functools.partial(torch.add, alpha=2), fallback="raise")(x, y),
-                               x + 2 * y)
+    torch.testing.assert_close(minicomp.jit(functools.partial(torch.add, alpha=2), fallback="raise")(x, y), x + 2 * y)
 
     class Affine:
         def __call__(self, t):
@@ -413,12 +444,15 @@ def test_partial_callable_objects_and_builtins_compile():
     assert kernel_count(fn.source(x)) == 1
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("MINICOMP_CACHE_LIMIT", "0", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not '0'"),
-    ("MINICOMP_CACHE_LIMIT", "abc", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not 'abc'"),
-    ("MINICOMP_RECOMPILE_WARNING", "-3", "MINICOMP_RECOMPILE_WARNING must be a whole number"),
-    ("MINICOMP_FALLBACK", "loud", "MINICOMP_FALLBACK must be one of warn, silent, raise, not 'loud'"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("MINICOMP_CACHE_LIMIT", "0", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not '0'"),
+        ("MINICOMP_CACHE_LIMIT", "abc", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not 'abc'"),
+        ("MINICOMP_RECOMPILE_WARNING", "-3", "MINICOMP_RECOMPILE_WARNING must be a whole number"),
+        ("MINICOMP_FALLBACK", "loud", "MINICOMP_FALLBACK must be one of warn, silent, raise, not 'loud'"),
+    ],
+)
 def test_bad_environment_variables_give_one_line_errors(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
     with pytest.raises(minicomp.ConfigError) as info:

@@ -1,5 +1,6 @@
 """Issue: never a wrong result, the cache part. What a second process serves, damage repaired,
 and a cache that another user could write never runs their code."""
+
 import json
 import os
 import stat
@@ -16,15 +17,25 @@ import minicomp
 from minicomp import cache, runtime
 from minicomp.__main__ import main as cli
 
-ROOT = Path(__file__).resolve().parents[1]   # the checkout: children import minicomp from it (GPU machine)
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: children import minicomp from it (GPU machine)
 
 
 def run(script: str, cache_dir: Path, cwd: Path | None = None, **env) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, MINICOMP_CACHE_DIR=str(cache_dir), MINICOMP_LOGS="cache",
-                       PYTHONPATH=os.pathsep.join([str(cwd or ROOT), str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                       **env)
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=environment, cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    environment = dict(
+        os.environ,
+        MINICOMP_CACHE_DIR=str(cache_dir),
+        MINICOMP_LOGS="cache",
+        PYTHONPATH=os.pathsep.join([str(cwd or ROOT), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **env,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=environment,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return done
 
@@ -40,11 +51,14 @@ MODULE_SCRIPT = """
 
 def test_edited_forward_is_not_served_from_the_cache(tmp_path):
     src = tmp_path / "usermod.py"
-    src.write_text("import torch\nclass Act(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n")
+    src.write_text(
+        "import torch\nclass Act(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    )
     first = run(MODULE_SCRIPT, tmp_path / "mc", cwd=tmp_path)
     assert first.stdout.split("\n")[0] == "[0.0, 2.0]"
-    src.write_text("import torch\nclass Act(torch.nn.Module):\n    def forward(self, x):\n"
-                   "        return torch.tanh(x) * 3\n")
+    src.write_text(
+        "import torch\nclass Act(torch.nn.Module):\n    def forward(self, x):\n        return torch.tanh(x) * 3\n"
+    )
     second = run(MODULE_SCRIPT, tmp_path / "mc", cwd=tmp_path)
     expected = (torch.tanh(torch.tensor([-1.0, 2.0])) * 3).tolist()
     assert [round(v, 5) for v in json.loads(second.stdout)] == [round(v, 5) for v in expected]
@@ -58,10 +72,13 @@ ATTRIBUTE_SCRIPT = """
 """
 
 
-@pytest.mark.parametrize("edit, expected", [
-    ("SCALE = 10.0\nact = torch.relu\n", [0.0, 20.0]),
-    ("SCALE = 2.0\nact = torch.sigmoid\n", [2 * 0.2689414322376251, 2 * 0.8807970285415649]),
-])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        ("SCALE = 10.0\nact = torch.relu\n", [0.0, 20.0]),
+        ("SCALE = 2.0\nact = torch.sigmoid\n", [2 * 0.2689414322376251, 2 * 0.8807970285415649]),
+    ],
+)
 def test_edited_module_attribute_is_not_served_from_the_cache(tmp_path, edit, expected):
     (tmp_path / "cfg.py").write_text("import torch\nSCALE = 2.0\nact = torch.relu\n")
     assert json.loads(run(ATTRIBUTE_SCRIPT, tmp_path / "mc", cwd=tmp_path).stdout) == [0.0, 4.0]
@@ -83,8 +100,9 @@ PROBE = """
 """
 
 
-@pytest.mark.parametrize("damage", ["bad_utf8", "directory_for_module", "modules_is_a_file", "entries_is_a_file",
-                                    "modules_is_a_symlink"])
+@pytest.mark.parametrize(
+    "damage", ["bad_utf8", "directory_for_module", "modules_is_a_file", "entries_is_a_file", "modules_is_a_symlink"]
+)
 def test_cache_damage_is_repaired(tmp_path, damage):
     mc = tmp_path / "mc"
     assert run(PROBE, mc).stdout.split() == ["True", "1"]
@@ -97,14 +115,15 @@ def test_cache_damage_is_repaired(tmp_path, damage):
     elif damage in ("modules_is_a_file", "entries_is_a_file"):
         part = mc / damage.split("_")[0]
         import shutil
+
         shutil.rmtree(part)
         part.write_text("not a directory")
     else:
         elsewhere = tmp_path / "elsewhere"
         (mc / "modules").rename(elsewhere)
         (mc / "modules").symlink_to(elsewhere)
-    assert run(PROBE, mc).stdout.split() == ["True", "1"]   # compiled again, no fallback
-    assert run(PROBE, mc).stdout.split() == ["True", "0"]   # and the repaired cache serves the next process
+    assert run(PROBE, mc).stdout.split() == ["True", "1"]  # compiled again, no fallback
+    assert run(PROBE, mc).stdout.split() == ["True", "0"]  # and the repaired cache serves the next process
 
 
 def test_cache_clear_removes_every_part_and_info_lists_them(tmp_path, monkeypatch, capsys):
@@ -144,6 +163,7 @@ def test_cache_clear_on_an_unwritable_dir_says_so_in_one_line(tmp_path, monkeypa
 
 # -- the cache executes code: nobody else's ---------------------------------------------
 
+
 def test_a_cache_dir_others_may_write_is_refused(tmp_path, monkeypatch):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -153,7 +173,7 @@ def test_a_cache_dir_others_may_write_is_refused(tmp_path, monkeypatch):
         root = cache.root()
     assert root != shared and stat.S_IMODE(root.stat().st_mode) == 0o700
     torch.testing.assert_close(minicomp.jit(lambda x: x * 5)(torch.ones(2)), torch.full((2,), 5.0))
-    assert not list(shared.iterdir())   # nothing written where others could change it
+    assert not list(shared.iterdir())  # nothing written where others could change it
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")

@@ -1,9 +1,9 @@
 """Views, slices, cat and stack lower to index arithmetic: RoPE in every form is one kernel."""
+
 import pytest
 import torch
-
-from conftest import check
 import workloads as w
+from conftest import check
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -81,14 +81,24 @@ def test_rope_odd_sizes(device):
 def test_view_family(device):
     x = torch.randn(4, 6, 5, device=device)
     fns = [
-        lambda x: x.view(24, 5) * 2, lambda x: x.reshape(4, 30).t() + 1, lambda x: x.flatten() - 1,
-        lambda x: x.unflatten(1, (2, 3)) * 3, lambda x: x.permute(2, 0, 1) * x.permute(2, 0, 1),
-        lambda x: x.transpose(0, 2).exp(), lambda x: x.unsqueeze(1).squeeze(1) + 1,
-        lambda x: x.select(1, -2) * 2, lambda x: x.narrow(2, 1, 3) + 1, lambda x: x.flip(0, 2) * 2,
-        lambda x: x[:, 1:5:2, ::-1 if False else 2] * 2, lambda x: x[..., -3:] + x[..., :3],
-        lambda x: x[:, -100:2] * 2, lambda x: x.view(4, 6, 5, 1).squeeze() + 1,
-        lambda x: x.expand(2, 4, 6, 5) * 1.5, lambda x: x[None, :, None] * 2,
-        lambda x: (x.T.contiguous() + 1), lambda x: x.repeat_interleave(3, dim=1) * 2,
+        lambda x: x.view(24, 5) * 2,
+        lambda x: x.reshape(4, 30).t() + 1,
+        lambda x: x.flatten() - 1,
+        lambda x: x.unflatten(1, (2, 3)) * 3,
+        lambda x: x.permute(2, 0, 1) * x.permute(2, 0, 1),
+        lambda x: x.transpose(0, 2).exp(),
+        lambda x: x.unsqueeze(1).squeeze(1) + 1,
+        lambda x: x.select(1, -2) * 2,
+        lambda x: x.narrow(2, 1, 3) + 1,
+        lambda x: x.flip(0, 2) * 2,
+        lambda x: x[:, 1:5:2, :: -1 if False else 2] * 2,
+        lambda x: x[..., -3:] + x[..., :3],
+        lambda x: x[:, -100:2] * 2,
+        lambda x: x.view(4, 6, 5, 1).squeeze() + 1,
+        lambda x: x.expand(2, 4, 6, 5) * 1.5,
+        lambda x: x[None, :, None] * 2,
+        lambda x: x.T.contiguous() + 1,
+        lambda x: x.repeat_interleave(3, dim=1) * 2,
     ]
     for fn in fns:
         check(fn, x, kernels=1)

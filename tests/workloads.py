@@ -1,4 +1,5 @@
 """The seed workloads, written as a user would write them (shared with `minicomp bench`)."""
+
 import torch.nn.functional as F
 
 from minicomp.workloads import bias_relu, gelu_tanh, lora_epilogue, rope, rotate_half, swiglu  # noqa: F401

@@ -10,6 +10,7 @@ Every experiment runs from the repository root as a module and writes JSON:
 its numbers mean nothing. TRITON_INTERPRET=1 makes the scripts' own
 @triton.jit kernels run in Triton's interpreter, as minicomp's do on the CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,10 +54,16 @@ class Run:
             return WORKLOADS["rope_fwbw" if requires_grad else "rope_fw"].make
 
         def make(seq, dtype, device):
-            q, k = (torch.randn(1, 2, seq, 128, dtype=dtype, device=device, requires_grad=requires_grad)
-                    for _ in range(2))
-            return [q, k, torch.randn(seq, 128, dtype=dtype, device=device),
-                    torch.randn(seq, 128, dtype=dtype, device=device)]
+            q, k = (
+                torch.randn(1, 2, seq, 128, dtype=dtype, device=device, requires_grad=requires_grad) for _ in range(2)
+            )
+            return [
+                q,
+                k,
+                torch.randn(seq, 128, dtype=dtype, device=device),
+                torch.randn(seq, 128, dtype=dtype, device=device),
+            ]
+
         return make
 
     def input_sets(self, make, size, dtype) -> list[list]:
@@ -66,10 +73,12 @@ class Run:
     def time_ms(self, fn, sets, backward: bool = False) -> float:
         """Median ms of fn over rotating input sets (minicomp bench's method on the GPU)."""
         if self.tiny:
+
             def step(*inputs):
                 outs = measure.flat_tensors(fn(*inputs))
                 if backward:
                     torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+
             return cpu_ms(step, sets)
         return measure.time_ms(fn, sets, backward)
 
@@ -93,8 +102,11 @@ class Run:
 def parse(argv, doc: str) -> Run:
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where the JSON results go")
-    parser.add_argument("--tiny", action="store_true",
-                        help="tiny CPU tensors through Triton's interpreter (set TRITON_INTERPRET=1): a smoke run")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="tiny CPU tensors through Triton's interpreter (set TRITON_INTERPRET=1): a smoke run",
+    )
     args = parser.parse_args(argv)
     if args.tiny and os.environ.get("TRITON_INTERPRET") != "1":
         parser.error("--tiny runs the experiment's own kernels in Triton's interpreter: set TRITON_INTERPRET=1")
@@ -112,8 +124,9 @@ def cpu_ms(fn, sets, calls: int = 2) -> float:
 def kernel_from_text(kernel_source: str, name: str, transform=lambda s: s):
     """Import `transform(kernel_source)` (a @triton.jit function's source) as a kernel:
     Triton reads a kernel's source from its file, so the text goes to one first."""
-    text = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n\n" + \
-        transform(kernel_source)
+    text = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n\n" + transform(
+        kernel_source
+    )
     path = tempfile.NamedTemporaryFile("w", suffix=f"_{re.sub(r'[^A-Za-z0-9_]', '_', name)}.py", delete=False)
     path.write(text)
     path.close()
@@ -132,7 +145,7 @@ def rope_modules(inputs, max_parts: int | None = None):
     with config.override(**settings):
         fn = minicomp.jit(rope)
         entry = fn.entry(*inputs)
-        torch.autograd.backward(fn(*inputs), [torch.ones_like(inputs[0])] * 2)   # compiles the backward
+        torch.autograd.backward(fn(*inputs), [torch.ones_like(inputs[0])] * 2)  # compiles the backward
     return entry.forward, entry.backward
 
 
@@ -153,5 +166,6 @@ def bare(compiled):
         args = compiled.bare_arguments(call, list(inputs))
         (kernel or launch.kernel)[(launch.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
         return [args[call.buffers.index(name)] for name in call.writes]
+
     run.launch = launch
     return run

@@ -11,6 +11,7 @@ kernel that reads each half of the head dim as its own block (no masks, no
 select): how close to the floor RoPE can get on this GPU. A measurement aid
 only; minicomp never emits it. launch.py's defaults come from this sweep.
 """
+
 import sys
 
 import torch
@@ -28,9 +29,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @triton.jit
-def rope_split_halves(q_ptr, k_ptr, cos_ptr, sin_ptr, oq_ptr, ok_ptr, rows, S: tl.constexpr,
-                      HALF: tl.constexpr, ROWS: tl.constexpr):
-    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]   # rows of [B*H*S, 2*HALF]
+def rope_split_halves(
+    q_ptr, k_ptr, cos_ptr, sin_ptr, oq_ptr, ok_ptr, rows, S: tl.constexpr, HALF: tl.constexpr, ROWS: tl.constexpr
+):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # rows of [B*H*S, 2*HALF]
     c = tl.arange(0, HALF)[None, :]
     m = r < rows
     base = r * (2 * HALF)
@@ -56,9 +58,11 @@ def split_halves(rows_per_program, warps):
         oq, ok = torch.empty_like(q), torch.empty_like(k)
         rows = q.numel() // q.shape[-1]
         grid = (triton.cdiv(rows, rows_per_program),)
-        rope_split_halves[grid](q, k, cos, sin, oq, ok, rows, q.shape[-2], q.shape[-1] // 2, rows_per_program,
-                                num_warps=warps)
+        rope_split_halves[grid](
+            q, k, cos, sin, oq, ok, rows, q.shape[-2], q.shape[-1] // 2, rows_per_program, num_warps=warps
+        )
         return oq, ok
+
     return run
 
 
@@ -84,7 +88,7 @@ def main(argv=None):
                 harness.fresh_cache()
                 with config.override(launch_candidates=[(block, warps)], tune_min_numel=0):
                     fn = minicomp.jit(work.fn)
-                    fn(*sets[0])   # chooses its (only) configuration
+                    fn(*sets[0])  # chooses its (only) configuration
                 record("minicomp", fn, block=block, warps=warps)
             if wname == "rope_fw":
                 for rpp, warps in [(8, 4)] if run.tiny else [(8, 4), (16, 4), (32, 4), (32, 8)]:

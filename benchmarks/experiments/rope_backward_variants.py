@@ -15,6 +15,7 @@ This studies the masked form of the kernel, from before codegen/split.py:
 splitting is switched off here (config max_parts = 1) so that it still does.
 rope_split.py compares the masked and the split kernels.
 """
+
 import inspect
 import re
 import sys
@@ -27,8 +28,7 @@ from benchmarks.experiments import harness
 
 
 @triton.jit
-def rope_backward_select(g2_ptr, sin_ptr, cos_ptr, g1_ptr, out0_ptr, out1_ptr, n_elements,
-                         BLOCK_SIZE: tl.constexpr):
+def rope_backward_select(g2_ptr, sin_ptr, cos_ptr, g1_ptr, out0_ptr, out1_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
@@ -55,7 +55,7 @@ def loads_first(source: str) -> str:
     lines = source.splitlines()
     body = [i for i, line in enumerate(lines) if line.startswith("    ")]
     full = [i for i in body if re.search(r"tl\.load\(\w+_ptr \+ (offsets|\(\(offsets % \d+\)\)),", lines[i])]
-    anchor = [i for i in body if re.match(r"\s+x\d+ = ", lines[i])][-1]   # after the index variables
+    anchor = [i for i in body if re.match(r"\s+x\d+ = ", lines[i])][-1]  # after the index variables
     moved = [lines[i] for i in full]
     rest = [line for i, line in enumerate(lines) if i not in full]
     at = rest.index(lines[anchor]) + 1
@@ -65,7 +65,8 @@ def loads_first(source: str) -> str:
 def eviction_hints(source: str) -> str:
     def hint(match):
         policy = "evict_last" if match.group(1).startswith("primals") else "evict_first"
-        return f"tl.load({match.group(1)}_ptr{match.group(2)}, other=0, eviction_policy=\"{policy}\")"
+        return f'tl.load({match.group(1)}_ptr{match.group(2)}, other=0, eviction_policy="{policy}")'
+
     return re.sub(r"tl\.load\((\w+)_ptr(.*?), other=0\)", hint, source)
 
 
@@ -75,23 +76,27 @@ def main(argv=None):
     rows = []
     for dname, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
         sets = run.input_sets(run.rope_inputs(), 8 if run.tiny else 2048, dtype)
-        _, backward = harness.rope_modules(sets[0], max_parts=1)   # the masked kernel this is about
-        with torch.no_grad():   # the backward graph's inputs: what the forward saved, one gradient per output
+        _, backward = harness.rope_modules(sets[0], max_parts=1)  # the masked kernel this is about
+        with torch.no_grad():  # the backward graph's inputs: what the forward saved, one gradient per output
             bw_sets = [[s[2], s[3], torch.randn_like(s[0]), torch.randn_like(s[1])] for s in sets]
         floor = (2 * measure_bytes(bw_sets[0][2:]) + measure_bytes(bw_sets[0][:2])) / bandwidth * 1e3
         launch_bare = harness.bare(backward)
         block, warps = launch_bare.launch.config or (1024, 4)
-        source = inspect.getsource(launch_bare.launch.kernel.fn)   # with its @triton.jit line
-        kernels = {"generated": None,
-                   "loads first": harness.kernel_from_text(source, "loads first", loads_first),
-                   "eviction hints": harness.kernel_from_text(source, "eviction hints", eviction_hints)}
+        source = inspect.getsource(launch_bare.launch.kernel.fn)  # with its @triton.jit line
+        kernels = {
+            "generated": None,
+            "loads first": harness.kernel_from_text(source, "loads first", loads_first),
+            "eviction hints": harness.kernel_from_text(source, "eviction hints", eviction_hints),
+        }
         order = [backward.graph.inputs.index(b) for b in backward.kernels[0].buffers[:4]]
-        if not run.tiny and order == [3, 1, 0, 2]:   # written for [.., 2048, 128], parameters (g2, sin, cos, g1)
+        if not run.tiny and order == [3, 1, 0, 2]:  # written for [.., 2048, 128], parameters (g2, sin, cos, g1)
             kernels["select"] = rope_backward_select
         expected = None
         for name, kernel in kernels.items():
+
             def once(*inputs, kernel=kernel):
                 return launch_bare(*inputs, block=block, warps=warps, kernel=kernel)
+
             got = once(*bw_sets[0])
             expected = expected or got
             torch.testing.assert_close(got, expected)

@@ -13,6 +13,7 @@ kernels, each as a multiple of the memory floor at several launch configs:
   * `stream`: a reference with the same bytes and no rotation, out = q * cos
     and k * sin: what this traffic costs at best from Triton.
 """
+
 import inspect
 import sys
 
@@ -58,32 +59,41 @@ def main(argv=None):
             launches = {"masked": (harness.bare(masked[i]), None), "split": (harness.bare(halves[i]), None)}
             if dtype == torch.bfloat16:
                 text = inspect.getsource(launches["split"][0].launch.kernel.fn).replace(".to(tl.float32)", WIDEN)
-                launches["split, int widen"] = (launches["split"][0],
-                                                harness.kernel_from_text(text, f"{part} widen"))
+                launches["split, int widen"] = (launches["split"][0], harness.kernel_from_text(text, f"{part} widen"))
             expected = None
             for name, (launch_bare, kernel) in launches.items():
                 for block, warps in CONFIGS[:1] if run.tiny else CONFIGS:
+
                     def once(*inputs, block=block, warps=warps, launch_bare=launch_bare, kernel=kernel):
                         return launch_bare(*inputs, block=block, warps=warps, kernel=kernel)
+
                     got = once(*part_sets[0])
                     expected = expected or got
                     torch.testing.assert_close(got, expected)
                     ms = run.bench(once, part_sets)
-                    rows.append(dict(dtype=dname, part=part, kernel=name, config=[block, warps], ms=ms,
-                                     x_floor=ms / floor))
+                    rows.append(
+                        dict(dtype=dname, part=part, kernel=name, config=[block, warps], ms=ms, x_floor=ms / floor)
+                    )
                     print(rows[-1], flush=True)
-            if not run.tiny:   # the stream reference is written for [.., 2048, 128]
+            if not run.tiny:  # the stream reference is written for [.., 2048, 128]
                 for block, warps in CONFIGS:
+
                     def streamed(a, b, c, d, block=block, warps=warps):
                         out = torch.empty_like(a), torch.empty_like(d)
-                        stream[(triton.cdiv(a.numel(), block),)](a, b, c, d, *out, a.numel(), BLOCK_SIZE=block,
-                                                                 num_warps=warps)
+                        stream[(triton.cdiv(a.numel(), block),)](
+                            a, b, c, d, *out, a.numel(), BLOCK_SIZE=block, num_warps=warps
+                        )
                         return out
-                    arranged = [[s[0], s[2], s[3], s[1]] for s in fw_sets] if part == "forward" else \
-                        [[s[3], s[1], s[0], s[2]] for s in bw_sets]   # (q, cos, sin, k) and (g2, sin, cos, g1)
+
+                    arranged = (
+                        [[s[0], s[2], s[3], s[1]] for s in fw_sets]
+                        if part == "forward"
+                        else [[s[3], s[1], s[0], s[2]] for s in bw_sets]
+                    )  # (q, cos, sin, k) and (g2, sin, cos, g1)
                     ms = run.bench(streamed, arranged)
-                    rows.append(dict(dtype=dname, part=part, kernel="stream", config=[block, warps], ms=ms,
-                                     x_floor=ms / floor))
+                    rows.append(
+                        dict(dtype=dname, part=part, kernel="stream", config=[block, warps], ms=ms, x_floor=ms / floor)
+                    )
     run.write(bandwidth_gbps=bandwidth / 1e9, rows=rows)
 
 

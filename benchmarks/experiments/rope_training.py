@@ -8,6 +8,8 @@ kernel alone at each launch configuration, and, from a torch.profiler trace
 of a few steps, how much of a step the GPU spends in kernels versus idle.
 Each as a multiple of its own memory floor.
 """
+
+import itertools
 import json
 import sys
 
@@ -18,15 +20,29 @@ from benchmarks.experiments import harness
 from minicomp.bench import measure
 from minicomp.workloads import rope
 
-CONFIGS = [(128, 1), (256, 1), (256, 2), (512, 1), (512, 2), (512, 4), (1024, 2), (1024, 4), (2048, 4),
-           (1024, 8), (2048, 8), (4096, 8)]
+CONFIGS = [
+    (128, 1),
+    (256, 1),
+    (256, 2),
+    (512, 1),
+    (512, 2),
+    (512, 4),
+    (1024, 2),
+    (1024, 4),
+    (2048, 4),
+    (1024, 8),
+    (2048, 8),
+    (4096, 8),
+]
 
 
 def config_sweep(run, compiled, sets, floor_ms) -> dict[str, float]:
     """The module's one kernel at each of CONFIGS, as a multiple of the floor."""
     launch_bare = harness.bare(compiled)
-    return {f"{block}x{warps}": run.bench(lambda *s, b=block, w=warps: launch_bare(*s, block=b, warps=w), sets)
-            / floor_ms for block, warps in (CONFIGS[:1] if run.tiny else CONFIGS)}
+    return {
+        f"{block}x{warps}": run.bench(lambda *s, b=block, w=warps: launch_bare(*s, block=b, warps=w), sets) / floor_ms
+        for block, warps in (CONFIGS[:1] if run.tiny else CONFIGS)
+    }
 
 
 def gpu_busy(step, steps: int = 10) -> dict:
@@ -70,24 +86,26 @@ def main(argv=None):
             bw_bytes = 2 * measure.tensor_bytes(backward_sets[0][2:]) + measure.tensor_bytes(backward_sets[0][:2])
             row["backward_x_floor"] = run.bench(entry.backward.call, backward_sets) / floor(bw_bytes)
             row["backward_tuned_config"] = list(entry.backward.launch(entry.backward.kernels[0]).config or [])
-            row["backward_kernel_x_floor_by_config"] = config_sweep(run, entry.backward, backward_sets,
-                                                                    floor(bw_bytes))
+            row["backward_kernel_x_floor_by_config"] = config_sweep(run, entry.backward, backward_sets, floor(bw_bytes))
             row["forward_kernel_x_floor_by_config"] = config_sweep(run, entry.forward, forward_sets, floor(fw_bytes))
 
         pairs = [(s, [torch.randn_like(s[0]), torch.randn_like(s[1])]) for s in sets]
 
-        def step(it=iter(range(1 << 30))):
-            inputs, grads = pairs[next(it) % len(pairs)]
+        cycle = itertools.cycle(pairs)
+
+        def step():
+            inputs, grads = next(cycle)
             outs = fn(*inputs)
             torch.autograd.backward(outs, grads)
             for t in inputs[:2]:
                 t.grad = None
+
         for _ in range(5):
             step()
         if not run.tiny:
             row["profile"] = gpu_busy(step)
         row["floor_us_per_step"] = floor(moved) * 1e3
-        row["backward_source"] = entry.backward.source[entry.backward.source.index("@triton.jit"):]
+        row["backward_source"] = entry.backward.source[entry.backward.source.index("@triton.jit") :]
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "backward_source"}), flush=True)
     run.write(bandwidth_gbps=bandwidth / 1e9, rows=rows)

@@ -10,6 +10,7 @@ compiled first (its literals stay constants), and compiled after a call at
 another sequence length (its sequence-length literals are arguments). Timed
 the way `minicomp bench` times, as a multiple of the memory floor.
 """
+
 import sys
 
 import torch
@@ -30,6 +31,7 @@ def make(layout: str, backward: bool):
         table = (seq, D) if layout == "BHSD" else (seq, 1, D)
         cos, sin = (torch.randn(table, dtype=dtype, device=device) for _ in range(2))
         return [q, k, cos, sin]
+
     return inputs
 
 
@@ -45,14 +47,22 @@ def main(argv=None):
                 sets = run.input_sets(inputs, seq, dtype)
                 moved = measure.floor_bytes(sets[0], measure.flat_tensors(rope(*sets[0])), backward)
                 for sizes in ("constants", "runtime"):
-                    fn = minicomp.jit(rope)   # a new function: no kernel families yet
-                    if sizes == "runtime":   # another sequence length first: S becomes an argument
+                    fn = minicomp.jit(rope)  # a new function: no kernel families yet
+                    if sizes == "runtime":  # another sequence length first: S becomes an argument
                         fn(*inputs(seq // 2, dtype, run.device))
                     source = fn.source(*sets[0])
                     ms = run.time_ms(fn, sets, backward)
-                    rows.append(dict(layout=layout, backward=backward, dtype=dname, sizes=sizes, ms=ms,
-                                     x_floor=ms / (moved / bandwidth * 1e3),
-                                     runtime_sizes=source.count("runtime sizes:")))
+                    rows.append(
+                        dict(
+                            layout=layout,
+                            backward=backward,
+                            dtype=dname,
+                            sizes=sizes,
+                            ms=ms,
+                            x_floor=ms / (moved / bandwidth * 1e3),
+                            runtime_sizes=source.count("runtime sizes:"),
+                        )
+                    )
                     print(rows[-1], flush=True)
     run.write(bandwidth_gbps=bandwidth / 1e9, shape=[B, H, seq, D], rows=rows)
 

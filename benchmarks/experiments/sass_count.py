@@ -9,6 +9,7 @@ and without walking the head dim in halves (codegen/split.py), compiled at
 BLOCK_SIZE 512 and 4 warps: SASS instructions (NOPs aside) divided by the
 elements one thread writes.
 """
+
 import collections
 import re
 import subprocess
@@ -33,11 +34,16 @@ TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 def sass(launch, dtype) -> list[str]:
     fn = launch.kernel
     names = fn.arg_names
-    signature = {n: "constexpr" if n == "BLOCK_SIZE" else "*" + TRITON_TYPES[dtype] if n.endswith("_ptr") else "i32"
-                 for n in names}
+    signature = {
+        n: "constexpr" if n == "BLOCK_SIZE" else "*" + TRITON_TYPES[dtype] if n.endswith("_ptr") else "i32"
+        for n in names
+    }
     aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n != "BLOCK_SIZE"}
-    compiled = triton.compile(ASTSource(fn, signature, constexprs={"BLOCK_SIZE": BLOCK}, attrs=aligned),
-                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=WARPS))
+    compiled = triton.compile(
+        ASTSource(fn, signature, constexprs={"BLOCK_SIZE": BLOCK}, attrs=aligned),
+        target=GPUTarget("cuda", 90, 32),
+        options=dict(num_warps=WARPS),
+    )
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
@@ -65,10 +71,19 @@ def main(argv=None):
             for part, launch in kernels(run, dtype, max_parts).items():
                 lines = sass(launch, dtype)
                 per_thread = BLOCK * launch.parts // threads
-                ops = collections.Counter(re.search(r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_]+)", line).group(1)
-                                          for line in lines)
-                rows.append(dict(dtype=str(dtype)[6:], part=part, kernel=label, instructions=len(lines),
-                                 per_element=len(lines) / per_thread, top=dict(ops.most_common(6))))
+                ops = collections.Counter(
+                    re.search(r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_]+)", line).group(1) for line in lines
+                )
+                rows.append(
+                    dict(
+                        dtype=str(dtype)[6:],
+                        part=part,
+                        kernel=label,
+                        instructions=len(lines),
+                        per_element=len(lines) / per_thread,
+                        top=dict(ops.most_common(6)),
+                    )
+                )
                 print(rows[-1], flush=True)
     run.write(target="sm_90", block=BLOCK, warps=WARPS, rows=rows)
 

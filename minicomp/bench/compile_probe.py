@@ -10,6 +10,7 @@ With `new-seq`: seconds for the first call of RoPE (q, k of [2, 8, S, 64]) at a
 third sequence length, after calls at two others (minicomp's kernel family, or
 Inductor's automatic dynamic shapes, has seen the size change).
 """
+
 import sys
 import time
 
@@ -23,14 +24,16 @@ def main() -> None:
     fn = rope if mode == ["new-seq"] else bias_relu
     if impl == "minicomp":
         import minicomp
+
         fn = minicomp.jit(fn)
     else:
         fn = torch.compile(fn)
 
     def inputs(size):
         if mode == ["new-seq"]:
-            return [torch.randn(2, 8, size, 64, device=device) for _ in range(2)] + \
-                   [torch.randn(size, 64, device=device) for _ in range(2)]
+            return [torch.randn(2, 8, size, 64, device=device) for _ in range(2)] + [
+                torch.randn(size, 64, device=device) for _ in range(2)
+            ]
         return [torch.randn(size, 1024, device=device), torch.randn(1024, device=device)]
 
     earlier = {"new-rows": [1024], "new-seq": [256, 512]}.get(mode[0] if mode else "", [])

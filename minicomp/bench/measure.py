@@ -5,6 +5,7 @@ backward also each gradient read once and each input gradient written once).
 floor time = floor bytes / copy bandwidth, measured on the same GPU in the
 same run by a large device-to-device copy (bytes read + bytes written).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -19,6 +20,7 @@ def tensor_bytes(values) -> int:
 
 def flat_tensors(value) -> list[torch.Tensor]:
     from torch.utils import _pytree as pytree
+
     return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 

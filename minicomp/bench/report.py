@@ -1,4 +1,5 @@
 """Benchmark output: markdown table, JSON, CSV and plots of time vs size."""
+
 from __future__ import annotations
 
 import csv
@@ -32,26 +33,40 @@ def geomean(values) -> float:
 
 
 def markdown(rows: list[dict], extra: dict) -> str:
-    lines = [f"## minicomp bench on {extra['device']} (torch {extra['torch']})", "",
-             f"command: `{extra['command']}`", ""]
+    lines = [
+        f"## minicomp bench on {extra['device']} (torch {extra['torch']})",
+        "",
+        f"command: `{extra['command']}`",
+        "",
+    ]
     if "copy_bandwidth_gbps" in extra:
         lines += [f"measured copy bandwidth: {extra['copy_bandwidth_gbps']:.0f} GB/s (read + write)", ""]
-    lines += ["| workload | dtype | size | impl | check | ms | GB/s | x floor | x Inductor |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| workload | dtype | size | impl | check | ms | GB/s | x floor | x Inductor |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ms = f"{r['ms']:.4f}" if "ms" in r else "-"
         gbps = f"{r['gbps']:.0f}" if "gbps" in r else "-"
         xf = f"{r['x_floor']:.3f}" if "x_floor" in r else "-"
         xi = f"{r['x_inductor']:.3f}" if "x_inductor" in r else "-"
-        lines.append(f"| {r['workload']} | {r['dtype']} | {r['size']} | {r['impl']} | {r['check']} | {ms} | {gbps} | {xf} | {xi} |")
+        cells = [r["workload"], r["dtype"], r["size"], r["impl"], r["check"], ms, gbps, xf, xi]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     mine = [r for r in rows if r["impl"] == "minicomp" and "ms" in r]
     if mine:
         headline = [r for r in mine if r["size"] == max(x["size"] for x in mine if x["workload"] == r["workload"])]
-        missed = [f"{r['workload']}/{r['dtype']} ({r['x_floor']:.3f})" for r in headline if r["x_floor"] > TARGET_X_FLOOR]
-        lines += ["", "### Targets", "",
-                  f"- geometric mean of minicomp / Inductor time over all rows: {geomean(r.get('x_inductor') for r in mine):.3f} (target <= 1.0)",
-                  f"- largest size of each workload within {TARGET_X_FLOOR}x of the floor: "
-                  + ("all" if not missed else "missed by " + ", ".join(missed))]
+        missed = [
+            f"{r['workload']}/{r['dtype']} ({r['x_floor']:.3f})" for r in headline if r["x_floor"] > TARGET_X_FLOOR
+        ]
+        lines += [
+            "",
+            "### Targets",
+            "",
+            "- geometric mean of minicomp / Inductor time over all rows: "
+            f"{geomean(r.get('x_inductor') for r in mine):.3f} (target <= 1.0)",
+            f"- largest size of each workload within {TARGET_X_FLOOR}x of the floor: "
+            + ("all" if not missed else "missed by " + ", ".join(missed)),
+        ]
     if "per_call_us" in extra:
         lines += ["", "### Per-call overhead (64 x 64 bias + ReLU, us per call)", ""]
         lines += [f"- {k}: {v:.1f}" for k, v in extra["per_call_us"].items()]
@@ -76,6 +91,7 @@ def write(out: Path, rows: list[dict], extra: dict) -> None:
 def plot(out: Path, rows: list[dict]) -> None:
     """One PNG per workload and dtype: time vs size, a line per implementation plus the floor."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -1,4 +1,5 @@
 """`minicomp bench`: check, time and report minicomp against eager, Inductor and the floor."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,6 +20,7 @@ CPU_SIZES = {"rope_fw": 8, "rope_fwbw": 8}  # tiny shapes: the interpreter only 
 
 def implementations(fn):
     import minicomp
+
     return {"eager": fn, "inductor": torch.compile(fn), "minicomp": minicomp.jit(fn)}
 
 
@@ -30,8 +32,9 @@ def check(impls, inputs, backward: bool, dtype) -> dict[str, str]:
     (eager itself rounds every op to 16 bits, so elementwise closeness to eager
     fails near cancellations for correct code; see ../shared METHOD notes)."""
     low = dtype in (torch.bfloat16, torch.float16)
-    reference_inputs = [i.detach().float().requires_grad_(i.requires_grad) if low and i.is_floating_point() else i
-                        for i in inputs]
+    reference_inputs = [
+        i.detach().float().requires_grad_(i.requires_grad) if low and i.is_floating_point() else i for i in inputs
+    ]
     expected, expected_grads = _run(impls["eager"], reference_inputs, backward)
     verdict = {}
     for name, fn in impls.items():
@@ -81,8 +84,12 @@ def main(argv=None) -> int:
     bandwidth = measure.copy_bandwidth(device) if cuda else None
     l2 = torch.cuda.get_device_properties(0).L2_cache_size if cuda else 0
     rows = []
-    jobs = [(w, d, s) for w in args.workloads for d in args.dtypes
-            for s in (args.sizes or WORKLOADS[w].sizes if cuda else [CPU_SIZES.get(w, 4)])]
+    jobs = [
+        (w, d, s)
+        for w in args.workloads
+        for d in args.dtypes
+        for s in (args.sizes or WORKLOADS[w].sizes if cuda else [CPU_SIZES.get(w, 4)])
+    ]
     for wname, dname, size in report.progress(jobs, "bench"):
         work, dtype = WORKLOADS[wname], DTYPES[dname]
         sets = measure.input_sets(work.make, size, dtype, device, l2) if cuda else [work.make(size, dtype, device)]
@@ -98,7 +105,11 @@ def main(argv=None) -> int:
                 row["x_floor"] = ms / row["floor_ms"]
             rows.append(row)
     report.add_ratios(rows)
-    extra = {"device": device_name, "torch": torch.__version__, "command": " ".join(["minicomp bench"] + (argv or sys.argv[2:]))}
+    extra = {
+        "device": device_name,
+        "torch": torch.__version__,
+        "command": " ".join(["minicomp bench"] + (argv or sys.argv[2:])),
+    }
     if cuda:
         extra["copy_bandwidth_gbps"] = bandwidth / 1e9
         extra["per_call_us"] = overhead()
@@ -116,16 +127,20 @@ def overhead() -> dict[str, float]:
     result = {name: measure.per_call_us(fn, (x, b)) for name, fn in impls.items()}
     compiled = impls["minicomp"].compiled(x, b)
     result["minicomp call() alone"] = measure.per_call_us(compiled.call, (x, b))
-    [kernel] = compiled.kernels   # the one kernel, launched bare through Triton
+    [kernel] = compiled.kernels  # the one kernel, launched bare through Triton
     launch = compiled.launch(kernel)
     block, warps = launch.config
     args = compiled.bare_arguments(kernel, [x, b])
     result["bare Triton launch (kernel[grid](...))"] = measure.per_call_us(
-        lambda: launch.kernel[(launch.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps), ())
-    out = kernel.buffers.index(kernel.writes[0])   # where the output goes among the arguments
+        lambda: launch.kernel[(launch.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps), ()
+    )
+    out = kernel.buffers.index(kernel.writes[0])  # where the output goes among the arguments
     result["bare Triton launch + torch.empty"] = measure.per_call_us(
-        lambda: launch.kernel[(launch.grid(block),)](*args[:out], torch.empty_like(x), *args[out + 1:],
-                                                     BLOCK_SIZE=block, num_warps=warps), ())
+        lambda: launch.kernel[(launch.grid(block),)](
+            *args[:out], torch.empty_like(x), *args[out + 1 :], BLOCK_SIZE=block, num_warps=warps
+        ),
+        (),
+    )
     return result
 
 
@@ -134,11 +149,24 @@ def compile_times() -> dict[str, float]:
     times = {}
     for impl in ("minicomp", "inductor"):
         with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, MINICOMP_CACHE_DIR=f"{cache}/mc", TORCHINDUCTOR_CACHE_DIR=f"{cache}/ind",
-                       TRITON_CACHE_DIR=f"{cache}/triton")
-            for phase, extra in (("cold", []), ("warm", []), ("warm, new batch size", ["new-rows"]),
-                                 ("warm, third sequence length", ["new-seq"])):
-                out = subprocess.run([sys.executable, "-m", "minicomp.bench.compile_probe", impl, "cuda", *extra],
-                                     env=env, capture_output=True, text=True, check=True)
+            env = dict(
+                os.environ,
+                MINICOMP_CACHE_DIR=f"{cache}/mc",
+                TORCHINDUCTOR_CACHE_DIR=f"{cache}/ind",
+                TRITON_CACHE_DIR=f"{cache}/triton",
+            )
+            for phase, extra in (
+                ("cold", []),
+                ("warm", []),
+                ("warm, new batch size", ["new-rows"]),
+                ("warm, third sequence length", ["new-seq"]),
+            ):
+                out = subprocess.run(
+                    [sys.executable, "-m", "minicomp.bench.compile_probe", impl, "cuda", *extra],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 times[f"{impl} {phase}"] = float(out.stdout.strip().splitlines()[-1])
     return times

@@ -25,6 +25,7 @@ seen to change) done on generated text instead of symbolic shapes. The families
 belong to whoever compiles: each `minicomp.jit` function has its own
 (`Families`), so what one function saw never changes another's code.
 """
+
 from __future__ import annotations
 
 import threading
@@ -43,7 +44,8 @@ def size_spans(text: str) -> list[tuple[int, int]]:
 @dataclass
 class Family:
     """Kernels with one skeleton; `groups` are the literal positions made runtime sizes."""
-    first: tuple[int, ...]                       # the literals of the first member
+
+    first: tuple[int, ...]  # the literals of the first member
     seen: list[tuple[int, ...]] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
 
@@ -80,8 +82,8 @@ class Families:
         member, else the family's template, with this member's values for its runtime sizes."""
         text = "\n".join(source.body)
         spans = size_spans(text)
-        literals = tuple(int(text[a + 1:b - 1]) for a, b in spans)
-        between = [text[:spans[0][0]] if spans else text]   # the skeleton: the text around the sizes
+        literals = tuple(int(text[a + 1 : b - 1]) for a, b in spans)
+        between = [text[: spans[0][0]] if spans else text]  # the skeleton: the text around the sizes
         for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), None)]):
             between.append(text[end:nxt])
         key = (source.name, source.wide_index, tuple(between))
@@ -93,17 +95,25 @@ class Families:
             if values is None:
                 family.widen(literals)
                 values = family.values(literals)
-                logs.recompiles.info("%s: sizes at %d literal positions become runtime arguments",
-                                     source.name, sum(map(len, family.groups)))
+                logs.recompiles.info(
+                    "%s: sizes at %d literal positions become runtime arguments",
+                    source.name,
+                    sum(map(len, family.groups)),
+                )
             groups = family.groups
         names = [f"s{i}" for i in range(len(groups))]
         name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
         pieces = [between[0]]
         for p, (a, b) in enumerate(spans):
-            pieces += [name_at.get(p, text[a + 1:b - 1]), between[p + 1]]
+            pieces += [name_at.get(p, text[a + 1 : b - 1]), between[p + 1]]
         sizes = ", ".join(f"{n} = {v}" for n, v in zip(names, values))
-        return replace(source, body="".join(pieces).split("\n"), sizes=names, size_values=values,
-                       header=source.header + [f"  runtime sizes: {sizes} (a kernel family, codegen/families.py)"])
+        return replace(
+            source,
+            body="".join(pieces).split("\n"),
+            sizes=names,
+            size_values=values,
+            header=source.header + [f"  runtime sizes: {sizes} (a kernel family, codegen/families.py)"],
+        )
 
 
 def resolved(source: KernelSource) -> KernelSource:

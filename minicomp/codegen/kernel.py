@@ -13,6 +13,7 @@ its tile is (`tile`, the shape of every value: `[BLOCK_SIZE]`), how its
 iteration variables are defined, and where it stores; the lowering rules only
 see an index and the tile, so they serve every kind.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,17 +30,18 @@ from minicomp.indexing import SIZE, Expr, IterationSpace, Var, const, render_fla
 class KernelSource:
     """One kernel's text and how to launch it; `body` holds marked sizes until
     codegen/families.py writes them out (as literals or runtime sizes)."""
+
     kernel: Kernel
     name: str
-    params: list[str]       # pointer parameter names, in launch order
-    args: list[str]         # the buffers passed for them, in the same order
+    params: list[str]  # pointer parameter names, in launch order
+    args: list[str]  # the buffers passed for them, in the same order
     numel: int
     header: list[str]
     body: list[str]
-    wide_index: bool        # offsets need int64
-    sizes: list[str] = field(default_factory=list)         # runtime size parameters (codegen/families.py)
-    size_values: list[int] = field(default_factory=list)   # and this signature's values for them
-    parts: int = 1          # elements written per offset (codegen/split.py)
+    wide_index: bool  # offsets need int64
+    sizes: list[str] = field(default_factory=list)  # runtime size parameters (codegen/families.py)
+    size_values: list[int] = field(default_factory=list)  # and this signature's values for them
+    parts: int = 1  # elements written per offset (codegen/split.py)
 
 
 class KernelWriter:
@@ -47,21 +49,22 @@ class KernelWriter:
 
     A kind sets `space` (its iteration variables), `tile` (the shape of every
     value, as Triton source) and `root_mask` (the name of the bounds mask)."""
+
     tile: str
     root_mask: str
 
     def __init__(self, plan: Plan, kernel: Kernel, space: IterationSpace, reserved=("offsets", "mask", "pid")):
         self.plan, self.graph, self.kernel = plan, plan.graph, kernel
         self.space = space
-        self.loads = set(kernel.loads)     # what the plan says this kernel reads from memory
-        self.boundaries: dict[int, set[int]] = {}    # space dim -> where a comparison changes truth
-        self.plain_loads: list[str] = []   # loads under no condition but the bounds mask: emitted first
-        self.lines: list[str] = []         # everything else, in evaluation order
-        self.memo: dict[tuple, ops.Value] = {}        # (node, index, mask) -> its value
-        self.emitted: dict[tuple, ops.Value] = {}     # (code, dtype) -> the line that computes it
+        self.loads = set(kernel.loads)  # what the plan says this kernel reads from memory
+        self.boundaries: dict[int, set[int]] = {}  # space dim -> where a comparison changes truth
+        self.plain_loads: list[str] = []  # loads under no condition but the bounds mask: emitted first
+        self.lines: list[str] = []  # everything else, in evaluation order
+        self.memo: dict[tuple, ops.Value] = {}  # (node, index, mask) -> its value
+        self.emitted: dict[tuple, ops.Value] = {}  # (code, dtype) -> the line that computes it
         self.taken: set[str] = set(self.graph.order) | set(reserved)
         self.used: set[str] = set()
-        self.pointers: dict[str, str] = {}   # buffer name -> pointer parameter
+        self.pointers: dict[str, str] = {}  # buffer name -> pointer parameter
         self.vars: set[Var] = set()
 
     # -- names --------------------------------------------------------------
@@ -112,8 +115,7 @@ class KernelWriter:
         return f"({self.index_text(expr)} {relation} {self.index_text(const(bound))})"
 
     # -- values -------------------------------------------------------------
-    def temp(self, code: str, dtype: torch.dtype, hint: str, comment: str = "", plain_load: bool = False
-             ) -> ops.Value:
+    def temp(self, code: str, dtype: torch.dtype, hint: str, comment: str = "", plain_load: bool = False) -> ops.Value:
         """A line `name = code`; the same code again (same dtype) reuses the first line's name.
         Every line is pure (stores come last), so this is common-subexpression elimination: two
         slices of one gradient test `x3 < 64` once, and a load behind that test is shared too."""
@@ -157,7 +159,9 @@ class KernelWriter:
         if offset.is_const:  # one element for every lane (0-d or fully broadcast): load once, spread
             code = f"tl.broadcast_to(tl.load({self.pointers[name]} + {size(offset.const)}), {self.tile})"
         else:
-            code = f"tl.load({self.pointers[name]} + {paren(self.address(offset))}, mask={self.mask_text(mask)}, other=0)"
+            code = (
+                f"tl.load({self.pointers[name]} + {paren(self.address(offset))}, mask={self.mask_text(mask)}, other=0)"
+            )
         dtype = meta.dtype
         if dtype in dtypes.LOW_PRECISION:
             code += ".to(tl.float32)"

@@ -9,12 +9,13 @@ through a `Launch` (launch.py) that picks its configuration on the first call.
 Each kernel is written by the writer of its kind (`WRITERS`) and rendered with
 that kind's template (`minicomp/templates/<kind>.py.j2`).
 """
+
 from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -35,12 +36,13 @@ class KernelCall:
 
     The public way to run a generated kernel outside its module (experiments,
     the benchmark's bare-launch row): `arguments` puts buffers in launch order."""
-    launcher: str               # the module attribute holding its Launch: "launch_0"
-    name: str                   # the kernel's name
-    kind: str                   # its kernel kind
-    buffers: tuple[str, ...]    # graph values passed as pointers, in order (reads, then writes)
-    writes: tuple[str, ...]     # the ones it stores
-    scalars: tuple[int, ...]    # n_elements, then the runtime sizes of its family
+
+    launcher: str  # the module attribute holding its Launch: "launch_0"
+    name: str  # the kernel's name
+    kind: str  # its kernel kind
+    buffers: tuple[str, ...]  # graph values passed as pointers, in order (reads, then writes)
+    writes: tuple[str, ...]  # the ones it stores
+    scalars: tuple[int, ...]  # n_elements, then the runtime sizes of its family
 
     def arguments(self, values: dict) -> list:
         """Positional launch arguments, given a tensor for every name in `buffers`."""
@@ -49,8 +51,8 @@ class KernelCall:
 
 @dataclass(frozen=True)
 class ModuleSource:
-    text: str                    # the module's Python source
-    kernels: list[KernelCall]    # its kernel launches, in the order `call` makes them
+    text: str  # the module's Python source
+    kernels: list[KernelCall]  # its kernel launches, in the order `call` makes them
 
 
 def render_module(plan: Plan, function: str = "fn", families: Families | None = None) -> ModuleSource:
@@ -68,16 +70,29 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
             continue
         for name in step.stores:
             meta = graph[name].meta
-            wrapper.append(f"{name} = torch.empty_strided({meta.shape}, {plan.strides[name]}, "
-                           f"dtype={meta.dtype}, device={str(meta.device)!r})")
+            wrapper.append(
+                f"{name} = torch.empty_strided({meta.shape}, {plan.strides[name]}, "
+                f"dtype={meta.dtype}, device={str(meta.device)!r})"
+            )
         if graph[step.stores[0]].meta.numel == 0:
             continue
         source = families.generalize(WRITERS[step.kind](plan, step))
         launcher = f"launch_{len(kernels)}"
-        kernels.append(ENV.get_template(f"{step.kind}.py.j2").render(**vars(source), launcher=launcher,
-                                                                     device=str(device)).rstrip())
-        calls.append(KernelCall(launcher, source.name, step.kind, tuple(source.args), tuple(step.stores),
-                                (source.numel, *source.size_values)))
+        kernels.append(
+            ENV.get_template(f"{step.kind}.py.j2")
+            .render(**vars(source), launcher=launcher, device=str(device))
+            .rstrip()
+        )
+        calls.append(
+            KernelCall(
+                launcher,
+                source.name,
+                step.kind,
+                tuple(source.args),
+                tuple(step.stores),
+                (source.numel, *source.size_values),
+            )
+        )
         wrapper.append(f"{launcher}({', '.join(source.args + [str(v) for v in calls[-1].scalars])})  # {source.name}")
     wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
     outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
@@ -85,8 +100,14 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
     text = ENV.get_template("module.py.j2").render(
         function=safe_name(function),
         device=device,
-        inputs=[_doc(f"{n}: {graph[n].meta} stride {graph[n].meta.stride}" if isinstance(graph[n].meta, TensorMeta)
-                     else f"{n}: {graph[n].meta}") for n in graph.inputs],
+        inputs=[
+            _doc(
+                f"{n}: {graph[n].meta} stride {graph[n].meta.stride}"
+                if isinstance(graph[n].meta, TensorMeta)
+                else f"{n}: {graph[n].meta}"
+            )
+            for n in graph.inputs
+        ],
         graph=[_doc(line) for line in graph.describe(plan.kinds).splitlines()],
         plan=[_doc(line) for line in str(plan).splitlines()],
         kernels=kernels,

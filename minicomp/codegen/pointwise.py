@@ -8,6 +8,7 @@ store is contiguous); `offsets` runs over it and each iteration variable
 a few equal parts: the second time that dim is walked part by part, so each
 part's comparisons are decided in the text (codegen/split.py).
 """
+
 from __future__ import annotations
 
 from minicomp import ops
@@ -59,8 +60,10 @@ class PointwiseWriter(KernelWriter):
 
     def write(self) -> KernelSource:
         stores = []
-        outs = {name: "out_ptr" if len(self.kernel.stores) == 1 else f"out{k}_ptr"
-                for k, name in enumerate(self.kernel.stores)}
+        outs = {
+            name: "out_ptr" if len(self.kernel.stores) == 1 else f"out{k}_ptr"
+            for k, name in enumerate(self.kernel.stores)
+        }
         for part in range(self.split.parts if self.split else 1):
             root = self.root_index(part)
             if self.split is not None:
@@ -85,8 +88,10 @@ class PointwiseWriter(KernelWriter):
             f"  reads {', '.join(self.kernel.loads) or '-'}; writes {', '.join(self.kernel.stores)}",
         ]
         if self.split is not None:
-            header.append(f"  {self.split.describe(self.full_shape[self.split.dim])}: "
-                          f"each part's cat/slice choices are decided in its own lines")
+            header.append(
+                f"  {self.split.describe(self.full_shape[self.split.dim])}: "
+                f"each part's cat/slice choices are decided in its own lines"
+            )
         return KernelSource(
             kernel=self.kernel,
             name=self.kernel.name,

@@ -21,6 +21,7 @@ cut its range into at most `config.get("max_parts")` equal parts, and the writer
 with that split. Parts are written one after another in the same program, so
 each program handles P * BLOCK_SIZE elements.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,14 +30,14 @@ from dataclasses import dataclass
 from minicomp import config
 from minicomp.indexing import IterationSpace
 
-MIN_RUN = 16       # elements of a part along the innermost dim: enough for full-width vector loads
+MIN_RUN = 16  # elements of a part along the innermost dim: enough for full-width vector loads
 
 
 @dataclass(frozen=True)
 class Split:
-    dim: int       # the iteration-space dim walked in parts
-    parts: int     # P
-    size: int      # m: each part's extent; the space has m in place of P * m
+    dim: int  # the iteration-space dim walked in parts
+    parts: int  # P
+    size: int  # m: each part's extent; the space has m in place of P * m
 
     def describe(self, full: int) -> str:
         return f"dim {self.dim} ({full}) walked as {self.parts} parts of {self.size}"
@@ -67,5 +68,5 @@ def boundary(coeff: int, offset: int, relation: str, bound: int) -> list[int]:
     # coeff * x >= bound - offset
     rhs = bound - offset
     if coeff > 0:
-        return [-(-rhs // coeff)]          # x >= ceil(rhs / coeff)
-    return [rhs // coeff + 1]              # x <= floor(rhs / coeff): the upper side starts one past it
+        return [-(-rhs // coeff)]  # x >= ceil(rhs / coeff)
+    return [rhs // coeff + 1]  # x <= floor(rhs / coeff): the upper side starts one past it

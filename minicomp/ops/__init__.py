@@ -7,11 +7,12 @@ Three kinds of rule, registered by ATen op name (the overload packet, "add"):
 * VIEWS      op -> the index of its one input, given the index of its output:
              a view moves no data, it rewrites the index before the load.
 * INDEXED    op -> a value built from inputs at several indexes under masks
-             (cat, slice_backward, constant_pad_nd: Inductor's pointwise_cat).
+             (cat, slice_scatter, constant_pad_nd: Inductor's pointwise_cat).
 
 Anything else is "extern": it runs as an ATen call in the generated wrapper.
 Low-precision floats are computed in float32 (see dtypes.py).
 """
+
 from __future__ import annotations
 
 import operator
@@ -28,6 +29,7 @@ __all__ = ["INDEXED", "POINTWISE", "VIEWS", "Op", "Value", "bind", "cast", "clas
 
 
 # -- classification --------------------------------------------------------------
+
 
 def classify(node: Node, graph: Graph) -> tuple[str, str]:
     """(kind, reason): how `node` lowers, and why when it runs as an ATen call."""

@@ -1,8 +1,10 @@
 """The currency of lowering: `Value`, the `Op` a rule sees, and the rule registries."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -19,6 +21,7 @@ class Value:
     `dtype is None` marks a Python scalar (a literal that takes the other
     operand's type, as in PyTorch); `py` keeps its Python value.
     """
+
     code: str
     dtype: torch.dtype | None
     py: object = None
@@ -37,7 +40,7 @@ class Writer(Protocol):
     def compare(self, expr: Expr, relation: str, bound: int) -> str | bool: ...
 
 
-Condition = str | bool   # source text of a bool block, or a value known when the kernel is written
+Condition = str | bool  # source text of a bool block, or a value known when the kernel is written
 
 
 def all_of(conditions) -> Condition:
@@ -62,7 +65,7 @@ def cast(v: Value, dtype: torch.dtype) -> str:
 
 def broadcast_index(index: tuple[Expr, ...], shape: tuple[int, ...]) -> tuple[Expr, ...]:
     """Index of a broadcast operand of `shape` (PyTorch broadcasting rules)."""
-    tail = index[len(index) - len(shape):] if shape else ()
+    tail = index[len(index) - len(shape) :] if shape else ()
     return tuple(const(0) if size == 1 else e for e, size in zip(tail, shape))
 
 
@@ -114,8 +117,12 @@ class Op:
         rounds 3.3 to half, `half * 3.3` does not); eager's CUDA kernels keep it in float32 for
         every op. Both measured, tests/test_trust.py."""
         value = self.args[name]
-        if isinstance(value, float) and self.out_dtype in dtypes.LOW_PRECISION and \
-                self.node.meta.device.type == "cpu" and self.node.op_name not in KEEPS_SCALAR:
+        if (
+            isinstance(value, float)
+            and self.out_dtype in dtypes.LOW_PRECISION
+            and self.node.meta.device.type == "cpu"
+            and self.node.op_name not in KEEPS_SCALAR
+        ):
             return dtypes.round_to(value, self.out_dtype)
         return value
 
@@ -147,7 +154,7 @@ class Op:
         return self.writer.temp(code, dtype or self.compute, f"{self.node.name}_tmp").code
 
 
-KEEPS_SCALAR = {"mul", "div"}   # ops whose eager CPU kernels use a scalar unrounded (Op.scalar)
+KEEPS_SCALAR = {"mul", "div"}  # ops whose eager CPU kernels use a scalar unrounded (Op.scalar)
 Rule = Callable[[Op], str]
 POINTWISE: dict[str, Rule] = {}
 VIEWS: dict[str, Callable[[Op, tuple], tuple[str, tuple]]] = {}
@@ -160,12 +167,12 @@ def _registrar(table: dict):
             for name in names:
                 table[name] = fn
             return fn
+
         return register
+
     return decorator
 
 
 pointwise = _registrar(POINTWISE)  # @pointwise("add") def add(op) -> source of add
-view = _registrar(VIEWS)           # @view("permute") def permute(op, index) -> (input, its index)
-indexed = _registrar(INDEXED)      # @indexed("cat") def cat(op) -> source of the gathered value
-
-
+view = _registrar(VIEWS)  # @view("permute") def permute(op, index) -> (input, its index)
+indexed = _registrar(INDEXED)  # @indexed("cat") def cat(op) -> source of the gathered value

@@ -1,4 +1,5 @@
 """Pointwise lowering rules: ATen op -> Triton expression of its operands."""
+
 from __future__ import annotations
 
 import torch
@@ -6,7 +7,7 @@ import torch
 from minicomp import dtypes
 from minicomp.dtypes import literal
 from minicomp.ir import Graph, Node
-from minicomp.ops.core import Op, Rule, POINTWISE, bind, cast, pointwise
+from minicomp.ops.core import POINTWISE, Op, Rule, bind, cast, pointwise
 
 NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
 
@@ -17,24 +18,49 @@ NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
 # (tl.sigmoid is a @triton.jit library function, which the interpreter cannot
 # call from a kernel imported in compiled mode: it is spelled out instead.)
 UNARY_FLOAT = {
-    "exp": "tl.exp({})", "exp2": "tl.exp2({})", "log": "tl.log({})", "log2": "tl.log2({})",
-    "sin": "tl.sin({})", "cos": "tl.cos({})", "erf": "tl.erf({})", "sigmoid": "1.0 / (1.0 + tl.exp(-{}))",
-    "log10": "libdevice.log10({})", "log1p": "libdevice.log1p({})", "expm1": "libdevice.expm1({})",
-    "sqrt": "libdevice.sqrt({})", "rsqrt": "libdevice.rsqrt({})", "tan": "libdevice.tan({})",
-    "tanh": "libdevice.tanh({})", "asin": "libdevice.asin({})", "acos": "libdevice.acos({})",
-    "atan": "libdevice.atan({})", "sinh": "libdevice.sinh({})", "cosh": "libdevice.cosh({})",
-    "asinh": "libdevice.asinh({})", "acosh": "libdevice.acosh({})", "atanh": "libdevice.atanh({})",
-    "reciprocal": "1.0 / {}", "erfc": "libdevice.erfc({})",
+    "exp": "tl.exp({})",
+    "exp2": "tl.exp2({})",
+    "log": "tl.log({})",
+    "log2": "tl.log2({})",
+    "sin": "tl.sin({})",
+    "cos": "tl.cos({})",
+    "erf": "tl.erf({})",
+    "sigmoid": "1.0 / (1.0 + tl.exp(-{}))",
+    "log10": "libdevice.log10({})",
+    "log1p": "libdevice.log1p({})",
+    "expm1": "libdevice.expm1({})",
+    "sqrt": "libdevice.sqrt({})",
+    "rsqrt": "libdevice.rsqrt({})",
+    "tan": "libdevice.tan({})",
+    "tanh": "libdevice.tanh({})",
+    "asin": "libdevice.asin({})",
+    "acos": "libdevice.acos({})",
+    "atan": "libdevice.atan({})",
+    "sinh": "libdevice.sinh({})",
+    "cosh": "libdevice.cosh({})",
+    "asinh": "libdevice.asinh({})",
+    "acosh": "libdevice.acosh({})",
+    "atanh": "libdevice.atanh({})",
+    "reciprocal": "1.0 / {}",
+    "erfc": "libdevice.erfc({})",
 }
 # functions of one operand that keep its dtype (identity on integers where noted).
 UNARY_SAME = {
-    "abs": "tl.abs({})", "relu": "tl.where({0} < 0, 0, {0})",
-    "floor": "tl.floor({})", "ceil": "tl.ceil({})", "trunc": "libdevice.trunc({})",
-"frac": "{0} - libdevice.trunc({0})",
+    "abs": "tl.abs({})",
+    "relu": "tl.where({0} < 0, 0, {0})",
+    "floor": "tl.floor({})",
+    "ceil": "tl.ceil({})",
+    "trunc": "libdevice.trunc({})",
 }
 ROUNDING = {"floor", "ceil", "trunc"}  # identity on integer tensors
-BINARY = {"mul": "{} * {}", "atan2": "libdevice.atan2({}, {})", "hypot": "libdevice.hypot({}, {})",
-          "bitwise_and": "{} & {}", "bitwise_or": "{} | {}", "bitwise_xor": "{} ^ {}"}
+BINARY = {
+    "mul": "{} * {}",
+    "atan2": "libdevice.atan2({}, {})",
+    "hypot": "libdevice.hypot({}, {})",
+    "bitwise_and": "{} & {}",
+    "bitwise_or": "{} | {}",
+    "bitwise_xor": "{} ^ {}",
+}
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
 
@@ -51,6 +77,7 @@ def _unary_same(name: str, template: str) -> Rule:
         if name == "abs" and op.compute == torch.bool:
             return x
         return template.format(x)
+
     return rule
 
 
@@ -60,6 +87,7 @@ def _binary(template: str) -> Rule:
         if template == "{} * {}" and op.compute == torch.bool:
             return f"{a} & {b}"
         return template.format(a, b)
+
     return rule
 
 
@@ -67,6 +95,7 @@ def _compare(symbol: str) -> Rule:
     def rule(op: Op) -> str:
         dtype = op.promoted("self", "other")
         return f"{op.operand('self', dtype)} {symbol} {op.operand('other', dtype)}"
+
     return rule
 
 
@@ -87,6 +116,7 @@ for _name, _s in LOGICAL.items():
 
 
 # -- pointwise: rules with a little logic ----------------------------------------
+
 
 @pointwise("neg")
 def neg(op: Op) -> str:
@@ -124,11 +154,6 @@ def sub(op: Op) -> str:
     return f"{op.operand('self')} - {_scaled(op, 'other')}"
 
 
-@pointwise("rsub")
-def rsub(op: Op) -> str:
-    return f"{op.operand('other')} - {_scaled(op, 'self')}"
-
-
 @pointwise("div")
 def div(op: Op) -> str:
     a, b = op.operand("self"), op.operand("other")
@@ -140,12 +165,6 @@ def div(op: Op) -> str:
     if mode == "trunc":
         return f"{a} // {b}"  # Triton's integer // truncates, like C
     return _int_floor_div(op, a, b)
-
-
-@pointwise("floor_divide")
-def floor_divide(op: Op) -> str:
-    a, b = op.operand("self"), op.operand("other")
-    return f"tl.floor({a} / {b})" if op.compute.is_floating_point else _int_floor_div(op, a, b)
 
 
 def _int_floor_div(op: Op, a: str, b: str) -> str:
@@ -173,7 +192,7 @@ def maximum(op: Op) -> str:
     return f"{fn}({op.operand('self')}, {op.operand('other')}{nan})"
 
 
-@pointwise("clamp", "clamp_min", "clamp_max")
+@pointwise("clamp")
 def clamp(op: Op) -> str:
     x = op.operand("self")
     nan = f", {NAN_ALL}" if op.compute.is_floating_point else ""
@@ -206,7 +225,7 @@ def isnan(op: Op) -> str:
     return f"{x.code} != {x.code}" if x.dtype.is_floating_point else "0"
 
 
-@pointwise("sign", "sgn")
+@pointwise("sign")
 def sign(op: Op) -> str:
     x = op.temp(op.operand("self"))
     if op.compute == torch.bool:
@@ -249,12 +268,6 @@ def gelu(op: Op) -> str:
     return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
 
 
-@pointwise("silu")
-def silu(op: Op) -> str:
-    x = op.temp(op.operand("self"))
-    return f"{x} / (1.0 + tl.exp(-{x}))"
-
-
 @pointwise("_to_copy", "convert_element_type")
 def to_copy(op: Op) -> str:
     """The cast is the whole op. A cast to float16/bfloat16 rounds there, as in
@@ -283,7 +296,7 @@ def arange(op: Op) -> str:
     if op.index[0].is_const:
         return f"tl.full({op.tile}, {literal(start + step * op.index[0].const, op.compute)}, {dtype})"
     i = op.writer.index_text(op.index[0])
-    if op.compute == torch.int64:   # the index is int32: widen before multiplying (2**30 steps overflow)
+    if op.compute == torch.int64:  # the index is int32: widen before multiplying (2**30 steps overflow)
         return f"({i}).to(tl.int64) * {literal(step, op.compute)} + {literal(start, op.compute)}"
     return f"({literal(start, op.compute)} + {i} * {literal(step, op.compute)}).to({dtype})"
 
@@ -298,38 +311,8 @@ def round_(op: Op) -> str:
     if decimals == 0:
         return f"libdevice.nearbyint({x})"
     if decimals > 0:
-        return f"libdevice.nearbyint({x} * {10.0 ** decimals}) / {10.0 ** decimals}"
-    return f"libdevice.nearbyint({x} / {10.0 ** -decimals}) * {10.0 ** -decimals}"
-
-
-@pointwise("threshold_backward")
-def threshold_backward(op: Op) -> str:
-    return f"tl.where({op.operand('self')} <= {literal(op.param('threshold'), op.compute)}, 0.0, {op.operand('grad_output')})"
-
-
-@pointwise("sigmoid_backward")
-def sigmoid_backward(op: Op) -> str:
-    y = op.temp(op.operand("output"))
-    return f"{op.operand('grad_output')} * {y} * (1.0 - {y})"
-
-
-@pointwise("tanh_backward")
-def tanh_backward(op: Op) -> str:
-    y = op.temp(op.operand("output"))
-    return f"{op.operand('grad_output')} * (1.0 - {y} * {y})"
-
-
-@pointwise("gelu_backward")
-def gelu_backward(op: Op) -> str:
-    g, x = op.operand("grad_output"), op.temp(op.operand("self"))
-    if op.param("approximate") == "tanh":
-        inner = op.temp(f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})")
-        t = op.temp(f"libdevice.tanh({inner})")
-        d_inner = f"0.7978845608028654 * (1.0 + 0.134145 * {x} * {x})"
-        return f"{g} * (0.5 * (1.0 + {t}) + 0.5 * {x} * (1.0 - {t} * {t}) * {d_inner})"
-    cdf = f"0.5 * (1.0 + tl.erf({x} * 0.7071067811865476))"
-    pdf = f"0.3989422804014327 * tl.exp(-0.5 * {x} * {x})"
-    return f"{g} * ({cdf} + {x} * {pdf})"
+        return f"libdevice.nearbyint({x} * {10.0**decimals}) / {10.0**decimals}"
+    return f"libdevice.nearbyint({x} / {10.0**-decimals}) * {10.0**-decimals}"
 
 
 SPECIAL_SUPPORT = {"pow": _pow_supported}  # ops that fuse only for some arguments

@@ -1,12 +1,13 @@
 """View and indexed lowering rules: data movement as index arithmetic.
 
 A view rule maps the index of its output to the index of its input (no copy).
-An indexed rule (cat, slice_backward, constant_pad_nd) builds its value from
+An indexed rule (cat, slice_scatter, constant_pad_nd) builds its value from
 inputs at shifted indexes, each load masked to the part it serves.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -15,8 +16,8 @@ from minicomp.indexing import Expr, const, contiguous_strides, size
 from minicomp.ir import TensorMeta
 from minicomp.ops.core import Condition, Op, all_of, broadcast_index, cast, indexed, view
 
-
 # -- views: the input's index, given the output's ---------------------------------
+
 
 def _dim(d: int, ndim: int) -> int:
     return d + ndim if d < 0 else d
@@ -27,7 +28,7 @@ def _input(op: Op) -> tuple[str, TensorMeta]:
     return ref.name, op.graph[ref.name].meta
 
 
-@view("alias", "clone", "detach", "lift_fresh_copy", "contiguous")
+@view("alias", "clone", "lift_fresh_copy", "contiguous")
 def identity(op: Op, index):
     return _input(op)[0], index
 
@@ -48,25 +49,11 @@ def permute(op: Op, index):
     return name, tuple(result)
 
 
-@view("transpose")
-def transpose(op: Op, index):
-    name, meta = _input(op)
-    a, b = _dim(op.param("dim0"), meta.ndim), _dim(op.param("dim1"), meta.ndim)
-    result = list(index)
-    result[a], result[b] = index[b], index[a]
-    return name, tuple(result)
-
-
-@view("t")
-def t(op: Op, index):
-    return _input(op)[0], tuple(reversed(index))
-
-
 @view("unsqueeze")
 def unsqueeze(op: Op, index):
     name, meta = _input(op)
     d = _dim(op.param("dim"), meta.ndim + 1)
-    return name, index[:d] + index[d + 1:]
+    return name, index[:d] + index[d + 1 :]
 
 
 @view("squeeze")
@@ -100,7 +87,7 @@ def slice_(op: Op, index):
     name, meta = _input(op)
     d = _dim(op.param("dim"), meta.ndim)
     start, step = slice_start(op.param("start"), meta.shape[d]), op.param("step") or 1
-    return name, index[:d] + (index[d] * step + start,) + index[d + 1:]
+    return name, index[:d] + (index[d] * step + start,) + index[d + 1 :]
 
 
 @view("flip")
@@ -110,7 +97,7 @@ def flip(op: Op, index):
     return name, tuple(const(meta.shape[d] - 1) - e if d in dims else e for d, e in enumerate(index))
 
 
-@view("view", "_unsafe_view", "reshape", "_reshape_alias")
+@view("view", "reshape")
 def reshape(op: Op, index):
     name, meta = _input(op)
     return name, reshape_index(index, op.node.meta.shape, meta.shape)
@@ -151,6 +138,7 @@ def reshape_index(index, out_shape, in_shape) -> tuple[Expr, ...]:
 
 # -- indexed: values made of inputs at several indexes -----------------------------
 
+
 @indexed("cat")
 def cat(op: Op) -> str:
     """where(d < n0, x0[d], where(d < n0 + n1, x1[d - n0], ...)), each load masked to its part;
@@ -173,7 +161,7 @@ def cat(op: Op) -> str:
         inside = all_of([after, before])
         if inside is False:
             continue
-        index = op.index[:d] + (op.index[d] - lo,) + op.index[d + 1:]
+        index = op.index[:d] + (op.index[d] - lo,) + op.index[d + 1 :]
         mask = op.mask + ((inside,) if inside is not True else ())
         v = cast(op.writer.value(name, index, mask), op.compute)
         result = v if result is None or before is True else f"tl.where({before}, {v}, {result})"
@@ -205,34 +193,19 @@ def _in_slice(op: Op, d: int) -> tuple[Condition, Expr]:
     conds += [op.compare(pos, "<", end)] if end < op.node.meta.shape[d] else []
     if step != 1:
         offset = pos - start
-        conds.append(offset.const % step == 0 if offset.is_const
-                     else f"(({op.writer.index_text(offset)}) % {size(step)} == 0)")
+        conds.append(
+            offset.const % step == 0 if offset.is_const else f"(({op.writer.index_text(offset)}) % {size(step)} == 0)"
+        )
     return all_of(conds), (pos - start).floordiv(step)
-
-
-@indexed("slice_backward")
-def slice_backward(op: Op) -> str:
-    """The gradient of a slice: grad at (i - start) / step inside the slice, 0 elsewhere."""
-    d = _dim(op.param("dim"), op.node.meta.ndim)
-    inside, inner = _in_slice(op, d)
-    return _scatter(op, op.args["grad_output"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:],
-                    lambda: "0.0")
 
 
 @indexed("slice_scatter")
 def slice_scatter(op: Op) -> str:
     d = _dim(op.param("dim"), op.node.meta.ndim)
     inside, inner = _in_slice(op, d)
-    return _scatter(op, op.args["src"].name, inside, op.index[:d] + (inner,) + op.index[d + 1:],
-                    lambda: op.operand("self"))
-
-
-@indexed("select_scatter")
-def select_scatter(op: Op) -> str:
-    d = _dim(op.param("dim"), op.node.meta.ndim)
-    i = op.param("index") % op.node.meta.shape[d]
-    inside = op.compare(op.index[d], "==", i)
-    return _scatter(op, op.args["src"].name, inside, op.index[:d] + op.index[d + 1:], lambda: op.operand("self"))
+    return _scatter(
+        op, op.args["src"].name, inside, op.index[:d] + (inner,) + op.index[d + 1 :], lambda: op.operand("self")
+    )
 
 
 @indexed("constant_pad_nd")

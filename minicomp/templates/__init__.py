@@ -5,6 +5,7 @@
 
 One template per kernel kind: a kind's writer (codegen/) fills its template.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,4 +20,3 @@ ENV = jinja2.Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-
