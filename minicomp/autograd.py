@@ -7,11 +7,11 @@ the forward saves little (RoPE saves only cos and sin). Views are never saved
 (functorch's `recompute_views`): the backward takes them again from their
 base, so a slice of an input costs the forward nothing. Each graph then goes
 through the same pipeline (compiler.compile_graph), so the backward is fused
-too. Calls where no input needs a gradient never come here (api.py): the
+too. Calls where no input needs a gradient never come here (function.py): the
 autograd machinery costs tens of microseconds a call.
 
 AOTAutograd compiles on the first call of a signature, which also runs it
-once: that is the one run of the user's call (api.py), never an extra one.
+once: that is the one run of the user's call (function.py), never an extra one.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Guards: what a compiled entry assumes, and the checks that hold a call to it.
 
 A compiled entry is valid only under what its trace saw. The signature key of
-a call (api.py) holds all of it:
+a call (function.py) holds all of it:
 
   * each argument leaf (`leaf_key`): a tensor's shape, stride, dtype, device and
     requires_grad; a Python value by its value, floats by their bits (so -0.0 is

@@ -12,7 +12,7 @@ use in a process hashes its own installation, ~0.3 s), else through Triton's
 JIT. Every later call hands the arguments straight to that kernel's C
 launcher: no argument binding, no specialization key, no cache lookup. That is
 safe because a module serves exactly one input signature (shapes, strides,
-dtypes: the caller's guard in api.py checked them); the one property Triton
+dtypes: the caller's guard in function.py checked them); the one property Triton
 also specializes on that the guard does not cover, 16-byte alignment of each
 pointer, is checked per call (a misaligned view goes through Triton's JIT).
 

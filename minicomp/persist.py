@@ -16,7 +16,7 @@ write is never used, so an entry cannot be planted.
 Not persisted: signatures that need gradients (AOTAutograd builds them per
 process), graphs that hold tensor constants (a closed-over tensor), functions
 whose fingerprint is incomplete (fingerprint.py), and signatures keyed by an
-object's identity (api.py).
+object's identity (function.py).
 """
 
 from __future__ import annotations

@@ -35,31 +35,10 @@ def test_low_precision_gate_uses_a_float32_reference():
 
 
 def test_ratios_geomean_and_outputs(tmp_path):
+    common = dict(workload="w", dtype="float32", size=1, check="ok", floor_ms=1.0, bytes=8)
     rows = [
-        dict(
-            workload="w",
-            dtype="float32",
-            size=1,
-            impl="inductor",
-            check="ok",
-            ms=2.0,
-            floor_ms=1.0,
-            gbps=1.0,
-            x_floor=2.0,
-            bytes=8,
-        ),
-        dict(
-            workload="w",
-            dtype="float32",
-            size=1,
-            impl="minicomp",
-            check="ok",
-            ms=1.0,
-            floor_ms=1.0,
-            gbps=2.0,
-            x_floor=1.0,
-            bytes=8,
-        ),
+        dict(common, impl="inductor", ms=2.0, gbps=1.0, x_floor=2.0),
+        dict(common, impl="minicomp", ms=1.0, gbps=2.0, x_floor=1.0),
     ]
     report.add_ratios(rows)
     assert rows[1]["x_inductor"] == 0.5
