@@ -165,9 +165,9 @@ def test_threads_share_one_function():
 
 
 def test_many_shapes_are_bounded_and_warned_about(monkeypatch):
+    monkeypatch.setenv("MINICOMP_CACHE_LIMIT", "4")  # settings go through config.py, read at jit time
+    monkeypatch.setenv("MINICOMP_RECOMPILE_WARNING", "3")
     fn = minicomp.jit(lambda x: torch.relu(x) * 3)
-    monkeypatch.setattr(fn, "cache_limit", 4)
-    monkeypatch.setattr(fn, "recompile_warning", 3)
     with pytest.warns(UserWarning, match=r"compiled <lambda> for 3 signatures \(last change: argument 0: shape"):
         for n in range(1, 9):
             x = torch.randn(n)
