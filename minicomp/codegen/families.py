@@ -82,7 +82,7 @@ class Families:
         member, else the family's template, with this member's values for its runtime sizes."""
         text = "\n".join(source.body)
         spans = size_spans(text)
-        literals = tuple(int(text[a + 1 : b - 1]) for a, b in spans)
+        literals = tuple(int(text[a + 1 : b - 1]) for a, b in spans)  # inside the marks
         between = [text[: spans[0][0]] if spans else text]  # the skeleton: the text around the sizes
         for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), None)]):
             between.append(text[end:nxt])
@@ -104,8 +104,8 @@ class Families:
         names = [f"s{i}" for i in range(len(groups))]
         name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
         pieces = [between[0]]
-        for p, (a, b) in enumerate(spans):
-            pieces += [name_at.get(p, text[a + 1 : b - 1]), between[p + 1]]
+        for p, literal in enumerate(literals):
+            pieces += [name_at.get(p, str(literal)), between[p + 1]]
         sizes = ", ".join(f"{n} = {v}" for n, v in zip(names, values))
         return replace(
             source,

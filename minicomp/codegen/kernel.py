@@ -48,12 +48,14 @@ class KernelWriter:
     """Evaluates the plan's nodes at indexes over `space`, collecting the kernel's lines.
 
     A kind sets `space` (its iteration variables), `tile` (the shape of every
-    value, as Triton source) and `root_mask` (the name of the bounds mask)."""
+    value, as Triton source), `root_mask` (the name of the bounds mask) and
+    `reserved` (the names its template defines, which no value may take)."""
 
     tile: str
     root_mask: str
+    reserved: tuple[str, ...]
 
-    def __init__(self, plan: Plan, kernel: Kernel, space: IterationSpace, reserved=("offsets", "mask", "pid")):
+    def __init__(self, plan: Plan, kernel: Kernel, space: IterationSpace):
         self.plan, self.graph, self.kernel = plan, plan.graph, kernel
         self.space = space
         self.loads = set(kernel.loads)  # what the plan says this kernel reads from memory
@@ -62,7 +64,7 @@ class KernelWriter:
         self.lines: list[str] = []  # everything else, in evaluation order
         self.memo: dict[tuple, ops.Value] = {}  # (node, index, mask) -> its value
         self.emitted: dict[tuple, ops.Value] = {}  # (code, dtype) -> the line that computes it
-        self.taken: set[str] = set(self.graph.order) | set(reserved)
+        self.taken: set[str] = set(self.graph.order) | set(self.reserved)
         self.used: set[str] = set()
         self.pointers: dict[str, str] = {}  # buffer name -> pointer parameter
         self.vars: set[Var] = set()

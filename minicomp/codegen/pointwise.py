@@ -37,6 +37,7 @@ def write(plan: Plan, kernel: Kernel) -> KernelSource:
 class PointwiseWriter(KernelWriter):
     tile = "[BLOCK_SIZE]"
     root_mask = "mask"
+    reserved = ("offsets", "mask", "pid")
 
     def __init__(self, plan: Plan, kernel: Kernel, split: splitting.Split | None = None):
         first = plan.graph[kernel.stores[0]].meta
