@@ -21,10 +21,51 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
+# Ops that ATen's core set keeps whole but minicomp fuses from their parts (reductions and
+# pointwise ops): softmax and log_softmax (amax, exp, sum), layer_norm and group_norm (mean and
+# a two-pass variance), var/var_mean (a mean, then a sum of squared deviations, as eager), norms.
+FUSED_FROM_PARTS = (
+    "_softmax.default",
+    "_log_softmax.default",
+    "native_layer_norm.default",
+    "native_group_norm.default",
+    "linalg_vector_norm.default",
+)
+
 
 @functools.cache
 def decompositions() -> dict:
-    return dict(core_aten_decompositions())
+    from torch._decomp import decomposition_table
+
+    aten = torch.ops.aten
+    table = dict(core_aten_decompositions())
+    for name in FUSED_FROM_PARTS:
+        packet, overload = name.split(".")
+        op = getattr(getattr(aten, packet), overload)
+        table[op] = decomposition_table[op]
+    # ATen's own var decompositions go to prims; these stay in the aten ops minicomp lowers
+    table[aten.var.correction] = _var
+    table[aten.var_mean.correction] = _var_mean
+    return table
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    """(var, mean) in two passes, as eager: the mean, then the mean square deviation from it,
+    accumulated in float32 for 16-bit inputs."""
+    dims = list(range(x.ndim)) if dim is None or len(dim) == 0 else [d % max(x.ndim, 1) for d in dim]
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    mean = wide.mean(dims, keepdim=True)
+    deviation = wide - mean
+    var = (deviation * deviation).sum(dims, keepdim=keepdim) / max(count - (1 if correction is None else correction), 0)
+    mean = mean if keepdim else mean.squeeze(dims)
+    return var.to(x.dtype), mean.to(x.dtype)
+
+
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
 
 
 class Outputs:
@@ -174,7 +215,27 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
             tracing_mode="fake",
             _allow_non_fake_inputs=True,
         )(*[t.detach() for t in tensors])
-    return Traced(gm, [leaf_names[i] for i in tensor_slots], tensor_slots, outputs)
+    return Traced(_functional_temporaries(gm), [leaf_names[i] for i in tensor_slots], tensor_slots, outputs)
+
+
+def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`t.add_(eps)` on a temporary nothing else reads becomes `add(t, eps)`: decompositions
+    (rms_norm's) write in place on values they just made, which functionalization never sees."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        packet = target._opname
+        if not packet.endswith("_") or packet.startswith("_") or not node.args:
+            continue
+        first = node.args[0]
+        if not isinstance(first, torch.fx.Node) or first.op != "call_function" or len(first.users) != 1:
+            continue
+        functional = getattr(getattr(torch.ops.aten, packet[:-1], None), target._overloadname, None)
+        if functional is not None:
+            node.target = functional
+    gm.recompile()
+    return gm
 
 
 def _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> tuple:

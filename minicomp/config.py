@@ -93,6 +93,8 @@ DEFAULTS = dict(
     max_parts=4,  # codegen/split.py: a dim walked in at most this many parts
     launch_candidates=((512, 4), (1024, 4), (2048, 4)),  # launch.py: (BLOCK_SIZE, num_warps) timed on large kernels
     tune_min_numel=1 << 24,  # launch.py: kernels below this use the heuristic
+    persistent_rows=8192,  # fusion.py: a reduced row up to this many elements is held in registers whole
+    loop_block=4096,  # fusion.py: elements of a longer row a looped reduction takes per step
 )
 _overrides = threading.local()
 

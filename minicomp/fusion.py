@@ -3,17 +3,28 @@
 The rules, in order:
 
 1. Every node is classified (ops.classify): pointwise and view nodes can live
-   inside a kernel; everything else is an extern ATen call in the wrapper.
-   The kinds live in the plan (`Plan.kinds`); the IR is not changed.
-2. A value is *materialized* (written to memory) when something outside the
-   kernels needs it: a graph output, an extern's input, a mutated input.
-   Everything else is recomputed inside whichever kernel needs it, so a chain
-   of pointwise and view ops costs one read of its inputs and one write.
-3. Each node gets a *stage*: how many extern calls lie on its longest path from
-   the inputs. Externs of stage s run before the kernels of stage s, which run
-   before externs of stage s + 1; so no kernel waits on a later ATen call.
-4. Materialized values of the same stage and shape share one kernel
-   (horizontal fusion: q and k of RoPE come out of one launch).
+   inside any kernel, reductions (sum, mean, amax, ...) inside a reduction
+   kernel; everything else is an extern ATen call in the wrapper. The kinds
+   live in the plan (`Plan.kinds`); the IR is not changed.
+2. Each node gets a *stage*: how many kernel boundaries lie on its longest
+   path from the inputs. An extern call is one. So is a reduction's result
+   reaching a reduction over another space, or a node that reads reductions
+   of two spaces: a reduction kernel computes the reductions of one *space*
+   (the reduced value's shape and its reduced dims, `ReductionSpace`) and
+   everything of its stage that depends on them. Externs of stage s run
+   before the kernels of stage s, which run before externs of stage s + 1.
+3. A value is *materialized* (written to memory) when something outside its
+   kernel needs it: a graph output, an extern's input, a mutated input, a
+   later stage's use of a reduction kernel's value. Everything else is
+   recomputed inside whichever kernel needs it, so a chain of pointwise and
+   view ops costs one read of its inputs and one write, and a norm one read
+   of `x` and one write of `y` (its producers are inlined in the reduction
+   kernel, its consumers that broadcast the result back are fused after it).
+4. Materialized values of the same stage and shape share one pointwise kernel
+   (horizontal fusion: q and k of RoPE come out of one launch); the reductions
+   of one space and stage share one reduction kernel (mean and variance, the
+   max and the sum of softmax), which also writes any materialized value of
+   its stage shaped like its space that it reads (add + RMSNorm writes `h`).
 
 The plan is everything codegen needs and nothing it must ask back: each
 kernel's kind ("pointwise"; codegen has one writer and one template per kind),
@@ -27,20 +38,49 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from minicomp import ops
-from minicomp.ir import Graph
+from minicomp import config, ops
+from minicomp.ir import Graph, TensorMeta
 from minicomp.layout import output_strides
+from minicomp.ops.reductions import spec
+
+
+@dataclass(frozen=True)
+class ReductionSpace:
+    """What a reduction kernel walks: `shape`, the reduced value's, and `dims`, the reduced ones.
+    Its rows are the other dims; results broadcast back over `dims`."""
+
+    shape: tuple[int, ...]
+    dims: tuple[int, ...]
+    device: object
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Can a value of `shape` be evaluated (and stored) at the kernel's index: the whole
+        space, or its rows (reduced dims kept as 1, or dropped)?"""
+        rows = tuple(1 if d in self.dims else s for d, s in enumerate(self.shape))
+        dropped = tuple(s for d, s in enumerate(self.shape) if d not in self.dims)
+        return shape in (self.shape, rows, dropped)
+
+    def __str__(self) -> str:
+        return f"{list(self.shape)} reduced over dims {list(self.dims)}"
 
 
 @dataclass
 class Kernel:
     index: int
-    kind: str  # "pointwise": how codegen writes it
+    kind: str  # "pointwise" or "reduction": how codegen writes it
     stage: int
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # the iteration space (a reduction kernel's: the reduced value's shape)
     stores: list[str]  # nodes this kernel writes
-    nodes: list[str] = field(default_factory=list)  # pointwise/view nodes it computes
+    nodes: list[str] = field(default_factory=list)  # pointwise/view/reduction nodes it computes
     loads: list[str] = field(default_factory=list)  # buffers it reads
+    reduced: tuple[int, ...] = ()  # a reduction kernel's reduced dims of `shape`
+    looped: bool = False  # a reduction kernel: walks its rows RBLOCK at a time (else holds them whole)
+    rblock: int = 0  # a reduction kernel's RBLOCK: the row elements a program holds at once
+
+    @property
+    def form(self) -> str:
+        """How a reduction kernel walks its rows, as the plan and the kernel header say it."""
+        return f"looped, {self.rblock} a step" if self.looped else f"persistent, RBLOCK {self.rblock}"
 
     @property
     def name(self) -> str:
@@ -78,8 +118,9 @@ class Plan:
     materialized: set[str]
     refusals: list[Refusal]
     stage_of: dict[str, int]
-    kinds: dict[str, str]  # node -> "input", "pointwise", "view" or "extern"
+    kinds: dict[str, str]  # node -> "input", "pointwise", "view", "reduction" or "extern"
     strides: dict[str, tuple[int, ...]]  # value a kernel writes -> the strides it is allocated with
+    spaces: dict[str, ReductionSpace] = field(default_factory=dict)  # node -> the reduction space it is in
 
     @property
     def kernels(self) -> list[Kernel]:
@@ -88,7 +129,14 @@ class Plan:
     def __str__(self) -> str:
         lines = []
         for step in self.steps:
-            if isinstance(step, Kernel):
+            if isinstance(step, Kernel) and step.kind == "reduction":
+                lines.append(
+                    f"kernel {step.name}  stage {step.stage}  reduction over {list(step.shape)} "
+                    f"dims {list(step.reduced)} ({step.form})"
+                )
+                lines.append(f"    computes {step.nodes}")
+                lines.append(f"    reads {step.loads}  writes {step.stores}")
+            elif isinstance(step, Kernel):
                 lines.append(f"kernel {step.name}  stage {step.stage}  space {list(step.shape)}")
                 lines.append(f"    computes {step.nodes}")
                 lines.append(f"    reads {step.loads}  writes {step.stores}")
@@ -103,22 +151,29 @@ class Plan:
 
 def plan(graph: Graph) -> Plan:
     kinds, reasons = _classify(graph)
-    stage = _stages(graph, kinds)
-    materialized = _materialized(graph, kinds)
+    stage, space, splits = _stages(graph, kinds)
+    materialized = _materialized(graph, kinds, stage, space)
     kernels = [
         _filled(graph, kernel, kinds, stage, materialized)
-        for kernel in _group_kernels(graph, kinds, stage, materialized)
+        for kernel in _group_kernels(graph, kinds, stage, space, materialized)
     ]
     steps: list[Kernel | Extern] = []
     for s in range(max(stage.values(), default=0) + 1):
         steps += [Extern(n, s) for n in graph.order if kinds[n] == "extern" and stage[n] == s]
         steps += [k for k in kernels if k.stage == s]
     strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
-    return Plan(graph, steps, materialized, _refusals(graph, kernels, kinds, reasons), stage, kinds, strides)
+    refusals = _refusals(graph, kernels, kinds, reasons) + splits
+    return Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
 
 
 def is_fusible(kind: str) -> bool:
+    """Can the node be computed inside any kernel (pointwise and view ops)?"""
     return kind in ("pointwise", "view")
+
+
+def is_computed(kind: str) -> bool:
+    """Is the node computed by a kernel (fusible nodes and reductions)?"""
+    return kind in ("pointwise", "view", "reduction")
 
 
 def _classify(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
@@ -130,42 +185,188 @@ def _classify(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
             kinds[name] = "input"
         else:
             kinds[name], reasons[name] = ops.classify(node, graph)
+    _views_between_externs(graph, kinds, reasons)
     return kinds, reasons
 
 
-def _stages(graph: Graph, kinds) -> dict[str, int]:
-    stage: dict[str, int] = {}
+COPIES = {"clone", "contiguous", "lift_fresh_copy"}  # view rules that are copies in ATen
+
+
+def _views_between_externs(graph: Graph, kinds, reasons) -> None:
+    """A chain of views read only by ATen calls stays an ATen view of the value it starts from:
+    SDPA takes `v` as the transposed view of its projection, and a matmul the [B*S, D] view of a
+    norm's output, where a kernel would write a copy. The chain must start at an ATen result, an
+    input, or a computed value that a kernel writes with the strides eager gives it."""
+    outputs = {o for o in graph.outputs if isinstance(o, str)} | {src for _, src in graph.mutations}
+    chain: set[str] = set()
+
+    def root(name: str) -> bool:
+        if kinds[name] in ("input", "extern") or name in chain:
+            return True
+        meta = graph[name].meta
+        return kinds[name] != "view" and isinstance(meta, TensorMeta) and output_strides(meta) == meta.stride
+
     for name in graph.order:
-        before = max((stage[i] for i in graph[name].inputs()), default=0)
-        stage[name] = before + 1 if kinds[name] == "extern" else before
-    return stage
+        node = graph[name]
+        if (
+            kinds[name] == "view"
+            and node.op_name in ops.VIEWS
+            and node.op_name not in COPIES
+            and name not in outputs
+            and all(root(i) for i in node.inputs())
+        ):
+            chain.add(name)
+    for name in reversed(graph.order):
+        if name in chain and graph.users(name) and all(kinds[u] == "extern" for u in graph.users(name)):
+            kinds[name], reasons[name] = "extern", "a view of an ATen result read only by ATen calls"
 
 
-def _materialized(graph: Graph, kinds) -> set[str]:
-    needed = {n for n in graph.order if not is_fusible(kinds[n])}
+def _space_of(graph: Graph, name: str) -> ReductionSpace:
+    r = spec(graph[name], graph)
+    source = graph[r.source].meta
+    return ReductionSpace(source.shape, r.dims, source.device)
+
+
+def _stages(graph: Graph, kinds):
+    """(stage of each node, the reduction space of each node in a reduction kernel, refusals)."""
+    stage: dict[str, int] = {}
+    space: dict[str, ReductionSpace] = {}
+    refusals: list[Refusal] = []
+    for name in graph.order:
+        node, kind = graph[name], kinds[name]
+        inputs = node.inputs()
+        s = max((stage[i] for i in inputs), default=0)
+        if kind == "input":
+            stage[name] = 0
+            continue
+        if kind == "extern":
+            stage[name] = s + 1
+            continue
+        reading = {space[i]: i for i in inputs if stage[i] == s and i in space}
+        mine = _space_of(graph, name) if kind == "reduction" else next(iter(reading), None)
+        meta = node.meta
+        fits = mine is None or (isinstance(meta, TensorMeta) and mine.fits(meta.shape) and meta.device == mine.device)
+        if set(reading) <= ({mine} if mine else set()) and fits:
+            stage[name] = s
+        else:  # a kernel boundary: what it reads of stage s is written by then
+            stage[name] = s + 1
+            other = next(i for sp, i in reading.items() if sp != mine or not fits)
+            why = (
+                f"{name} {'reduces' if kind == 'reduction' else 'reads'} a reduction over {space[other]}"
+                + (f" but is shaped {list(meta.shape)}" if mine and not fits else "")
+                + (f" and {name} is one over {mine}" if kind == "reduction" and mine != space[other] else "")
+            )
+            refusals.append(Refusal(other, name, why))
+            if kind != "reduction":
+                mine = None
+        if mine is not None:
+            space[name] = mine
+    _sink(graph, stage, space)
+    return stage, space, refusals
+
+
+def _sink(graph: Graph, stage, space) -> None:
+    """Move reductions that wait for nothing to the latest stage of their space they can join:
+    cross-entropy's count of non-ignored targets goes into the kernel of its final sum."""
+    groups: dict[tuple, list[str]] = {}
+    for name in graph.order:
+        if name in space:
+            groups.setdefault((stage[name], space[name]), []).append(name)
+    for (s, sp), members in sorted(groups.items(), key=lambda kv: -kv[0][0]):
+        later = sorted(t for (t, other) in groups if other == sp and t > s)
+        if not later:
+            continue
+        target = later[0]
+        users = {u for m in members for u in graph.users(m)} - set(members)
+        if all(stage[u] >= target for u in users):
+            for m in members:
+                stage[m] = target
+            groups.setdefault((target, sp), []).extend(members)
+
+
+def _materialized(graph: Graph, kinds, stage, space) -> set[str]:
+    needed = {n for n in graph.order if not is_computed(kinds[n])}
     needed |= {o for o in graph.outputs if isinstance(o, str)}
     needed |= {src for _, src in graph.mutations}
     for name in graph.order:
         if kinds[name] == "extern":
             needed |= set(graph[name].inputs())
+        if name in space:  # a reduction kernel's value read outside it
+            here = (stage[name], space[name])
+            if any((stage[u], space.get(u)) != here for u in graph.users(name)):
+                needed.add(name)
     return needed
 
 
-def _group_kernels(graph: Graph, kinds, stage, materialized) -> list[Kernel]:
-    groups: dict[tuple, Kernel] = {}
+def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kernel]:
+    reductions: dict[tuple, Kernel] = {}
+    for name in graph.order:
+        if name in space:
+            key = (stage[name], space[name])
+            if key not in reductions:
+                looped, rblock = reduction_form(space[name])
+                reductions[key] = Kernel(
+                    0,
+                    "reduction",
+                    stage[name],
+                    space[name].shape,
+                    [],
+                    reduced=space[name].dims,
+                    looped=looped,
+                    rblock=rblock,
+                )
+            if name in materialized:
+                reductions[key].stores.append(name)
+    pointwise: dict[tuple, Kernel] = {}
     for name in graph.order:
         node = graph[name]
-        if name in materialized and is_fusible(kinds[name]):
+        if name in materialized and is_fusible(kinds[name]) and name not in space:
+            home = _reduction_reading(graph, name, stage, space, reductions)
+            if home is not None:
+                home.stores.append(name)
+                continue
             key = (stage[name], node.meta.shape, node.meta.device)
-            if key not in groups:
-                groups[key] = Kernel(len(groups), "pointwise", stage[name], node.meta.shape, [])
-            groups[key].stores.append(name)
-    return sorted(groups.values(), key=lambda k: (k.stage, k.index))
+            if key not in pointwise:
+                pointwise[key] = Kernel(0, "pointwise", stage[name], node.meta.shape, [])
+            pointwise[key].stores.append(name)
+    kernels = [k for k in reductions.values() if k.stores] + list(pointwise.values())
+    kernels.sort(key=lambda k: (k.stage, graph.order.index(k.stores[0])))
+    return [replace(k, index=i) for i, k in enumerate(kernels)]
+
+
+def reduction_form(space: ReductionSpace) -> tuple[bool, int]:
+    """(looped, RBLOCK): rows up to config "persistent_rows" elements are held whole (RBLOCK the
+    next power of two), longer ones walked config "loop_block" elements at a time."""
+    extent = 1
+    for d in space.dims:
+        extent *= space.shape[d]
+    if extent <= config.get("persistent_rows"):
+        return False, max(1 << (extent - 1).bit_length(), 2)
+    return True, config.get("loop_block")
+
+
+def _reduction_reading(graph: Graph, name: str, stage, space, reductions) -> Kernel | None:
+    """The reduction kernel of `name`'s stage that reads it and can write it too (it is shaped
+    like the kernel's space), or None. Found by walking its users within the stage."""
+    meta = graph[name].meta
+    seen, stack = set(), list(graph.users(name))
+    while stack:
+        user = stack.pop()
+        if user in seen or stage.get(user) != stage[name]:
+            continue
+        seen.add(user)
+        if user in space:
+            sp = space[user]
+            if sp.shape == meta.shape and sp.device == meta.device:
+                return reductions[(stage[user], sp)]
+            continue
+        stack += graph.users(user)
+    return None
 
 
 def _is_loadable(name: str, stage: int, kinds, stage_of, materialized) -> bool:
     """Can a kernel of `stage` read `name` from memory instead of computing it?"""
-    if not is_fusible(kinds[name]):
+    if not is_computed(kinds[name]):
         return True
     return name in materialized and stage_of[name] < stage
 
@@ -199,7 +400,8 @@ def _refusals(graph: Graph, kernels: list[Kernel], kinds, reasons) -> list[Refus
                     refusals.append(Refusal(name, user, f"{name} runs as an ATen call: {reasons[name]}"))
     by_stage: dict[int, list[Kernel]] = {}
     for k in kernels:
-        by_stage.setdefault(k.stage, []).append(k)
+        if k.kind == "pointwise":
+            by_stage.setdefault(k.stage, []).append(k)
     for group in by_stage.values():
         for a, b in zip(group, group[1:]):
             refusals.append(Refusal(a.name, b.name, f"iteration spaces differ: {list(a.shape)} vs {list(b.shape)}"))

@@ -95,7 +95,22 @@ class Flat:
         return 0, self.count - 1
 
 
-Atom = Var | FloorDiv | Mod | Flat
+@dataclass(frozen=True)
+class Dyn:
+    """An index known only at run time: a gather's index tensor, evaluated in the kernel as
+    the value named `code`, assumed to lie in 0 <= value < size. `full` says whether it varies
+    along a reduction kernel's reduced dims (codegen/reduction.py)."""
+
+    code: str
+    size: int
+    full: bool = True
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return 0, self.size - 1
+
+
+Atom = Var | FloorDiv | Mod | Flat | Dyn
 
 
 def _atom_order(atom: Atom):
@@ -103,7 +118,7 @@ def _atom_order(atom: Atom):
     if isinstance(atom, Var):
         return (0, atom.dim, "")
     if isinstance(atom, Flat):
-        return (1, 0, "")
+        return (1, 0, atom.base)
     return (2, 0, repr(atom))
 
 
@@ -233,11 +248,13 @@ def contiguous_strides(shape) -> list[int]:
 
 class IterationSpace:
     """The dims a kernel walks, outermost first, and their index variables, defined from
-    the flat index `base` (`offsets` in a pointwise kernel)."""
+    the flat index `base` (`offsets` in a pointwise kernel). A kernel with two spaces (a
+    reduction's rows and reduced dims) numbers the second one's variables from `first`."""
 
-    def __init__(self, shape, base: str = "offsets"):
+    def __init__(self, shape, base: str = "offsets", first: int = 0):
         self.shape = tuple(shape)
         self.base = base
+        self.first = first
         self.numel = 1
         for s in self.shape:
             self.numel *= s
@@ -245,12 +262,16 @@ class IterationSpace:
 
     def var(self, dim: int) -> Expr:
         size = self.shape[dim]
-        return const(0) if size == 1 else Expr.of(Var(dim, size))
+        return const(0) if size == 1 else Expr.of(Var(self.first + dim, size))
+
+    def owns(self, var: Var) -> bool:
+        return self.first <= var.dim < self.first + len(self.shape)
 
     def definition(self, var: Var) -> str:
         """Triton source of `x{dim}` in terms of `offsets`."""
-        pitch = self.pitch[var.dim]
-        outermost = all(s == 1 for s in self.shape[: var.dim])
+        dim = var.dim - self.first
+        pitch = self.pitch[dim]
+        outermost = all(s == 1 for s in self.shape[:dim])
         text = self.base if pitch == 1 else f"{self.base} // {size(pitch)}"
         if outermost:
             return text
@@ -261,7 +282,7 @@ class IterationSpace:
         (i the run's innermost dim) as c * Flat(P_i): a tensor laid out like the space
         over those dims. The innermost run of a contiguous tensor is `offsets` itself,
         which Triton vectorizes; a lone variable reads better as itself and is kept."""
-        coeff = {a.dim: c for a, c in expr.terms if isinstance(a, Var)}
+        coeff = {a.dim - self.first: c for a, c in expr.terms if isinstance(a, Var) and self.owns(a)}
         live = [d for d, s in enumerate(self.shape) if s > 1]
         runs: list[list[int]] = []
         for d in reversed(live):  # innermost first
@@ -281,7 +302,7 @@ class IterationSpace:
                 continue
             inner, top = run[0], run[-1]
             for d in run:
-                del kept[Var(d, self.shape[d])]
+                del kept[Var(self.first + d, self.shape[d])]
             flat = Flat(
                 self.pitch[inner], self.pitch[top] * self.shape[top] // self.pitch[inner], top != live[0], self.base
             )

@@ -29,6 +29,9 @@ Launch configuration, measured on an H200 (benchmarks/experiments/):
   * a kernel walked in parts (codegen/split.py) writes `parts` elements per
     offset: its BLOCK_SIZE is the configuration's divided by `parts`, so that a
     program handles the same number of elements.
+  * a reduction kernel (`row` = its RBLOCK) is launched over rows: its block is
+    XBLOCK, the rows a program takes; `reduction_heuristic` and
+    `reduction_candidates` below, tuned the same way.
 """
 
 from __future__ import annotations
@@ -61,12 +64,37 @@ def heuristic(numel: int, device: torch.device) -> tuple[int, int]:
     return 1024, 4
 
 
+def reduction_heuristic(rows: int, row: int, device: torch.device) -> tuple[int, int]:
+    """(XBLOCK, num_warps) of a reduction kernel whose programs hold `row` elements of a row."""
+    if device.type == "cpu":
+        return min(next_power_of_2(max(rows, 1)), max(1, (1 << 16) // row)), 1
+    xblock = min(next_power_of_2(max(rows, 1)), max(1, 2048 // row))
+    return xblock, min(16, max(1, xblock * row // 512))
+
+
+def reduction_candidates(rows: int, row: int) -> list[tuple[int, int]]:
+    """The (XBLOCK, num_warps) a reduction kernel is timed with: rows a program from the
+    heuristic's down to one, warps for 256 to 1024 elements of the tile a warp."""
+    top = min(next_power_of_2(max(rows, 1)), max(1, 8192 // row))
+    found = []
+    for xblock in (top, top // 2, top // 4):
+        if xblock < 1:
+            continue
+        for per_warp in (1024, 512, 256):
+            warps = min(16, max(1, xblock * row // per_warp))
+            if (xblock, warps) not in found:
+                found.append((xblock, warps))
+    return found
+
+
 class Launch:
     """One kernel of a generated module, launched as cheaply as Triton allows."""
 
-    def __init__(self, kernel, numel: int, device: str, parts: int = 1):
+    def __init__(self, kernel, numel: int, device: str, parts: int = 1, row: int = 0):
         self.kernel, self.numel, self.device = kernel, numel, torch.device(device)
         self.parts = parts  # elements written per offset
+        self.row = row  # a reduction kernel's RBLOCK (numel then counts rows), else 0
+        self.block_name = "XBLOCK" if row else "BLOCK_SIZE"
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
         self._fast = None  # the bound launcher, once the kernel is compiled
@@ -80,16 +108,16 @@ class Launch:
         if fast is not None:
             return fast(*args)
         if self.device.type == "cpu":  # the interpreter: nothing to keep (and no need to scale by parts)
-            block, warps = heuristic(self.numel, self.device)
+            block, warps = self.heuristic()
             with _INTERPRETER_LOCK:
-                self.kernel[(self.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
+                self.kernel[(self.grid(block),)](*args, **{self.block_name: block}, num_warps=warps)
             return None
         return self._first_call(args)
 
     def _jit_launch(self, args):
         """Through Triton's JIT: it specializes on the arguments and caches the binaries."""
         block, warps = self.config
-        return self.kernel[(self.grid(block),)](*args, BLOCK_SIZE=block, num_warps=warps)
+        return self.kernel[(self.grid(block),)](*args, **{self.block_name: block}, num_warps=warps)
 
     def _first_call(self, args):
         with self._lock, torch.cuda.device(self.device):
@@ -166,11 +194,23 @@ class Launch:
         return compiled
 
     # -- configuration --------------------------------------------------------
+    def heuristic(self) -> tuple[int, int]:
+        if self.row:
+            return reduction_heuristic(self.numel, self.row, self.device)
+        if self.device.type == "cpu":
+            return heuristic(self.numel, self.device)
+        block, warps = heuristic(self.numel * self.parts, self.device)
+        return self._per_part(block), warps
+
+    def candidates(self) -> list[tuple[int, int]]:
+        if self.row:
+            return reduction_candidates(self.numel, self.row)
+        return [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]
+
     def choose(self, args) -> tuple[int, int]:
-        elements = self.numel * self.parts
+        elements = self.numel * max(self.parts, self.row)
         if elements < config.get("tune_min_numel"):
-            block, warps = heuristic(elements, self.device)
-            return self._per_part(block), warps
+            return self.heuristic()
         path = cache.file("tuning", f"{self.name}_{self._key(self.numel)}.json")
         try:
             block, warps = _valid_config(json.loads(cache.read_text(path) or "null")["config"])
@@ -179,10 +219,7 @@ class Launch:
         except (ValueError, KeyError, TypeError) as err:
             if path.exists():
                 logs.cache.warning("tuning record %s is not usable (%s); measuring again", path.name, err)
-        times = {
-            candidate: self._time(candidate, args)
-            for candidate in [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]
-        }
+        times = {candidate: self._time(candidate, args) for candidate in self.candidates()}
         best = min(times, key=times.get)
         logs.fusion.info(
             "%s: launch configs %s -> %s", self.name, {f"{b}x{w}": f"{ms:.3f} ms" for (b, w), ms in times.items()}, best
@@ -202,7 +239,7 @@ class Launch:
 
         block, warps = config
         grid = (self.grid(block),)
-        run = lambda: self.kernel[grid](*args, BLOCK_SIZE=block, num_warps=warps)  # noqa: E731
+        run = lambda: self.kernel[grid](*args, **{self.block_name: block}, num_warps=warps)  # noqa: E731
         run()  # compile outside the timed region
         return triton.testing.do_bench(run, warmup=5, rep=25, return_mode="median")
 
@@ -217,13 +254,13 @@ class Launch:
 
 
 def _valid_config(value) -> tuple[int, int]:
-    """(BLOCK_SIZE, num_warps) read from a tuning record, checked: a power of two from 16 to 65536
-    elements and a warp count Triton accepts; anything else raises ValueError."""
+    """(BLOCK_SIZE or XBLOCK, num_warps) read from a tuning record, checked: a power of two up to
+    65536 and a warp count Triton accepts; anything else raises ValueError."""
     block, warps = value
     if (
         type(block) is not int
         or type(warps) is not int
-        or not 16 <= block <= 1 << 16
+        or not 1 <= block <= 1 << 16
         or block & (block - 1)
         or warps not in WARPS
     ):

@@ -43,6 +43,44 @@ def rope(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+def rms_norm(x, w):  # Hugging Face's LlamaRMSNorm.forward
+    h = x.float()
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + 1e-6)
+    return w * h.to(x.dtype)
+
+
+def add_rms_norm(x, r, w):  # the residual add before a norm, returning both
+    h = x + r
+    return h, rms_norm(h, w)
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def softmax(x):
+    return torch.softmax(x, -1)
+
+
+def cross_entropy(logits, target):
+    return F.cross_entropy(logits.float(), target)
+
+
+def llama_block(x, norm1, wq, wk, wv, wo, cos, sin, norm2, w_gate, w_up, w_down):
+    """A Llama-style decoder block, inference: RMSNorm, q/k/v projections, RoPE, causal
+    SDPA, output projection, residual, RMSNorm, SwiGLU MLP, residual. x: [B, S, D], heads of 128."""
+    batch, seq, dim = x.shape
+    heads = dim // 128
+    h = rms_norm(x, norm1)
+    q, k, v = ((h @ w).view(batch, seq, heads, 128).transpose(1, 2) for w in (wq, wk, wv))
+    q, k = rope(q, k, cos, sin)
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + a.transpose(1, 2).reshape(batch, seq, dim) @ wo
+    h = rms_norm(x, norm2)
+    return x + (F.silu(h @ w_gate) * (h @ w_up)) @ w_down
+
+
 @dataclass
 class Workload:
     name: str
@@ -69,7 +107,40 @@ def _rope_inputs(requires_grad: bool):
     return make
 
 
+def _rows(n_inputs: int, n_weights: int, width: int = 4096):
+    def make(rows: int, dtype, device):
+        xs = [torch.randn(rows, width, dtype=dtype, device=device) for _ in range(n_inputs)]
+        return xs + [torch.randn(width, dtype=dtype, device=device) for _ in range(n_weights)]
+
+    return make
+
+
+def _logits(vocab: int):
+    def make(rows: int, dtype, device):
+        target = torch.randint(0, vocab, (rows,), device=device)
+        return [torch.randn(rows, vocab, dtype=dtype, device=device), target]
+
+    return make
+
+
+def _block(dim: int = 2048, hidden: int = 5632, batch: int = 4):
+    def make(seq: int, dtype, device):
+        def weight(*shape):
+            return torch.randn(*shape, dtype=dtype, device=device) / shape[0] ** 0.5
+
+        x = torch.randn(batch, seq, dim, dtype=dtype, device=device)
+        norms = [1 + 0.1 * torch.randn(dim, dtype=dtype, device=device) for _ in range(2)]
+        cos, sin = (torch.randn(seq, 128, dtype=dtype, device=device) for _ in range(2))
+        attention = [weight(dim, dim) for _ in range(4)]
+        mlp = [weight(dim, hidden), weight(dim, hidden), weight(hidden, dim)]
+        return [x, norms[0], *attention, cos, sin, norms[1], *mlp]
+
+    return make
+
+
 ROWS = [512, 2048, 8192]  # x of [rows, 8192]; 8192 rows is the headline [8192, 8192]
+NORM_ROWS = [2048, 8192, 32768]  # x of [rows, 4096]; the headline is the issue's [32768, 4096]
+VOCAB_ROWS = [1024, 4096, 8192]  # logits of [rows, 32000]
 SEQS = [128, 512, 2048, 8192]  # q, k of [8, 32, S, 128]
 
 WORKLOADS = {
@@ -82,5 +153,12 @@ WORKLOADS = {
         Workload("swiglu", swiglu, _matrix(2, False), ROWS),
         Workload("rope_fw", rope, _rope_inputs(False), SEQS),
         Workload("rope_fwbw", rope, _rope_inputs(True), SEQS, backward=True),
+        Workload("rms_norm", rms_norm, _rows(1, 1), NORM_ROWS),
+        Workload("add_rms_norm", add_rms_norm, _rows(2, 1), NORM_ROWS),
+        Workload("layer_norm", layer_norm, _rows(1, 2), NORM_ROWS),
+        Workload("softmax", softmax, _rows(1, 0), NORM_ROWS),
+        Workload("cross_entropy", cross_entropy, _logits(32000), VOCAB_ROWS),
+        Workload("cross_entropy_128k", cross_entropy, _logits(128256), [1024, 4096]),
+        Workload("llama_block", llama_block, _block(), [512, 2048]),
     ]
 }

@@ -11,6 +11,7 @@ import torch
 import workloads as w
 
 import minicomp
+from minicomp.workloads import add_rms_norm, cross_entropy
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -35,6 +36,9 @@ CASES = {
         ),
     ),  # forward, then backward
     "mlp_with_matmul": (mlp, lambda: (torch.randn(8, 16), torch.randn(16, 32), torch.randn(32))),
+    # reduction kernels: persistent (rows of 64), looped with the online max-and-sum (rows of 9000)
+    "add_rms_norm": (add_rms_norm, lambda: (torch.randn(8, 64), torch.randn(8, 64), torch.randn(64))),
+    "cross_entropy": (cross_entropy, lambda: (torch.randn(4, 9000), torch.randint(0, 9000, (4,)))),
 }
 
 

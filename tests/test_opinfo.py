@@ -9,7 +9,7 @@ import pytest
 import torch
 
 pytest.importorskip("expecttest", reason="torch's OpInfo database imports expecttest (not on the GPU machine)")
-from torch.testing._internal.common_methods_invocations import binary_ufuncs, unary_ufuncs  # noqa: E402
+from torch.testing._internal.common_methods_invocations import binary_ufuncs, op_db, unary_ufuncs  # noqa: E402
 
 import minicomp
 
@@ -67,4 +67,70 @@ def test_opinfo_matches_eager(op, device):
         actual = minicomp.jit(fn)(*args, **kwargs)
         torch.testing.assert_close(
             actual, expected, equal_nan=True, atol=1e-5, rtol=1.3e-5, msg=lambda m: f"{op.name} on {sample}: {m}"
+        )
+
+
+# -- reductions -------------------------------------------------------------------------------
+# The reductions and the ops decompositions build from them: compiled in float32 and bfloat16,
+# compared with eager run in float32 on the same (upcast) inputs.
+REDUCTION_OPS = [
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "prod",
+    "var",
+    "std",
+    "var_mean",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "norm",
+    "linalg.vector_norm",
+    "argmax",
+    "argmin",
+    "any",
+    "all",
+    "nn.functional.layer_norm",
+    "nn.functional.rms_norm",
+    "nn.functional.cross_entropy",
+    "nn.functional.nll_loss",
+    "nn.functional.group_norm",
+]
+REDUCTIONS = [op for op in op_db if op.name in REDUCTION_OPS and not op.variant_test_name.startswith("_")]
+
+
+def _upcast(value):
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+        return value.float()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_upcast(v) for v in value)
+    return value
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("op", REDUCTIONS, ids=lambda op: f"{op.name}.{op.variant_test_name}".rstrip("."))
+def test_opinfo_reductions_match_eager_in_float32(op, dtype, device):
+    if dtype not in op.supported_dtypes(device.type):
+        pytest.skip(f"{dtype} not supported by the op on this device")
+    samples = list(op.sample_inputs(device, dtype))[:SAMPLES_PER_OP]
+    for sample in samples:
+        args, kwargs = _tensors_first(sample)
+
+        def fn(*a, **k):
+            return op(*a, **k)
+
+        try:
+            expected = fn(*_upcast(args), **_upcast(kwargs))
+        except Exception:  # the sample is invalid for eager too: nothing to compare
+            continue
+        actual = minicomp.jit(fn)(*args, **kwargs)
+        tolerance = dict(atol=1e-5, rtol=1.3e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(
+            _upcast(actual),
+            expected,
+            equal_nan=True,
+            check_dtype=False,
+            **tolerance,
+            msg=lambda m: f"{op.name} on {sample}: {m}",
         )

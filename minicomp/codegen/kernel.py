@@ -23,7 +23,7 @@ import torch
 from minicomp import dtypes, ops
 from minicomp.codegen import split as splitting
 from minicomp.fusion import Kernel, Plan
-from minicomp.indexing import SIZE, Expr, IterationSpace, Var, const, render_flat, size
+from minicomp.indexing import SIZE, Dyn, Expr, IterationSpace, Var, const, render_flat, size
 
 
 @dataclass
@@ -42,6 +42,7 @@ class KernelSource:
     sizes: list[str] = field(default_factory=list)  # runtime size parameters (codegen/families.py)
     size_values: list[int] = field(default_factory=list)  # and this signature's values for them
     parts: int = 1  # elements written per offset (codegen/split.py)
+    row: int = 0  # a reduction kernel's RBLOCK: elements of a row each program holds (launch.py)
 
 
 class KernelWriter:
@@ -83,7 +84,20 @@ class KernelWriter:
         if isinstance(atom, Var):
             self.vars.add(atom)
             return f"x{atom.dim}"
+        if isinstance(atom, Dyn):
+            return atom.code
         return render_flat(atom)
+
+    def tile_for(self, index: tuple[Expr, ...]) -> str:
+        """The shape of a value evaluated at `index` (one tile for every value of a pointwise kernel)."""
+        return self.tile
+
+    def is_full(self, index: tuple[Expr, ...]) -> bool:
+        """Whether a value at `index` spans the whole tile (a reduction kernel's row values do not)."""
+        return True
+
+    def load_mask(self, index: tuple[Expr, ...], mask: tuple[str, ...]) -> str:
+        return self.mask_text(mask)
 
     def index_text(self, expr: Expr) -> str:
         return expr.render(self.atom_name)
@@ -159,11 +173,10 @@ class KernelWriter:
             if extent > 1:
                 offset = offset + e * stride
         if offset.is_const:  # one element for every lane (0-d or fully broadcast): load once, spread
-            code = f"tl.broadcast_to(tl.load({self.pointers[name]} + {size(offset.const)}), {self.tile})"
+            code = f"tl.broadcast_to(tl.load({self.pointers[name]} + {size(offset.const)}), {self.tile_for(index)})"
         else:
-            code = (
-                f"tl.load({self.pointers[name]} + {paren(self.address(offset))}, mask={self.mask_text(mask)}, other=0)"
-            )
+            address = paren(self.address(offset))
+            code = f"tl.load({self.pointers[name]} + {address}, mask={self.load_mask(index, mask)}, other=0)"
         dtype = meta.dtype
         if dtype in dtypes.LOW_PRECISION:
             code += ".to(tl.float32)"
@@ -173,6 +186,23 @@ class KernelWriter:
         # the same rows (RoPE's rotate_half, slice gradients). Measured on the RoPE backward, H200
         # float32: 1.049x -> 1.028x the memory floor (benchmarks/experiments/rope_backward_variants.py).
         return self.temp(code, dtype, name, plain_load=not mask)
+
+
+INT32_LIMIT = 2**31 - 1
+
+
+def out_pointers(stores: list[str]) -> dict[str, str]:
+    """Stored value -> its pointer parameter: `out_ptr` for a kernel's one output, else `out{k}_ptr`."""
+    return {name: "out_ptr" if len(stores) == 1 else f"out{k}_ptr" for k, name in enumerate(stores)}
+
+
+def needs_wide_index(graph, numel: int, buffers) -> bool:
+    """Whether offsets need int64: the space, or an element offset of some buffer, passes int32."""
+    worst = 0
+    for name in buffers:
+        meta = graph[name].meta
+        worst = max(worst, sum((s - 1) * st for s, st in zip(meta.shape, meta.stride) if s > 0))
+    return numel > INT32_LIMIT or worst > INT32_LIMIT
 
 
 def paren(text: str) -> str:

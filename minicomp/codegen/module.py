@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import pointwise
+from minicomp.codegen import pointwise, reduction
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.fusion import Extern, Kernel, Plan
@@ -27,7 +27,10 @@ from minicomp.ir import Ref, TensorMeta
 from minicomp.templates import ENV
 
 # kernel kind -> its writer; each kind's template is templates/<kind>.py.j2
-WRITERS: dict[str, Callable[[Plan, Kernel], KernelSource]] = {"pointwise": pointwise.write}
+WRITERS: dict[str, Callable[[Plan, Kernel], KernelSource]] = {
+    "pointwise": pointwise.write,
+    "reduction": reduction.write,
+}
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         graph=[_doc(line) for line in graph.describe(plan.kinds).splitlines()],
         plan=[_doc(line) for line in str(plan).splitlines()],
         kernels=kernels,
+        reductions=any(call.kind == "reduction" for call in calls),
         args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),
         wrapper=wrapper,
     )

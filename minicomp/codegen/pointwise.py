@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from minicomp import ops
 from minicomp.codegen import split as splitting
-from minicomp.codegen.kernel import KernelSource, KernelWriter, paren
+from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.fusion import Kernel, Plan
 from minicomp.indexing import Expr, IterationSpace, const
-
-INT32_LIMIT = 2**31 - 1
 
 
 def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:
@@ -61,10 +59,7 @@ class PointwiseWriter(KernelWriter):
 
     def write(self) -> KernelSource:
         stores = []
-        outs = {
-            name: "out_ptr" if len(self.kernel.stores) == 1 else f"out{k}_ptr"
-            for k, name in enumerate(self.kernel.stores)
-        }
+        outs = out_pointers(self.kernel.stores)
         for part in range(self.split.parts if self.split else 1):
             root = self.root_index(part)
             if self.split is not None:
@@ -101,15 +96,6 @@ class PointwiseWriter(KernelWriter):
             numel=self.space.numel,
             header=header,
             body=defs + self.plain_loads + self.lines + stores,
-            wide_index=self.space.numel > INT32_LIMIT or _max_offset(self.graph, args) > INT32_LIMIT,
+            wide_index=needs_wide_index(self.graph, self.space.numel, args),
             parts=self.split.parts if self.split else 1,
         )
-
-
-def _max_offset(graph, names) -> int:
-    """The largest element offset any buffer of the kernel is addressed at."""
-    worst = 0
-    for name in names:
-        meta = graph[name].meta
-        worst = max(worst, sum((s - 1) * st for s, st in zip(meta.shape, meta.stride) if s > 0))
-    return worst

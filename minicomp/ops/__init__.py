@@ -7,7 +7,11 @@ Three kinds of rule, registered by ATen op name (the overload packet, "add"):
 * VIEWS      op -> the index of its one input, given the index of its output:
              a view moves no data, it rewrites the index before the load.
 * INDEXED    op -> a value built from inputs at several indexes under masks
-             (cat, slice_scatter, constant_pad_nd: Inductor's pointwise_cat).
+             (cat, slice_scatter, constant_pad_nd: Inductor's pointwise_cat; gather).
+
+Reductions (sum, mean, amax, ... in reductions.py) are their own kind: the
+plan gives them a reduction kernel, which inlines their producers and fuses
+the consumers that broadcast their result back.
 
 Anything else is "extern": it runs as an ATen call in the generated wrapper.
 Low-precision floats are computed in float32 (see dtypes.py).
@@ -21,11 +25,12 @@ import torch
 
 from minicomp import dtypes
 from minicomp.ir import Graph, Node, TensorMeta
-from minicomp.ops import pointwise, views  # noqa: F401  (registers the rules)
+from minicomp.ops import pointwise, reductions, views  # noqa: F401  (registers the rules)
 from minicomp.ops.core import INDEXED, POINTWISE, VIEWS, Op, Value, bind, cast
 from minicomp.ops.pointwise import SPECIAL_SUPPORT
+from minicomp.ops.reductions import REDUCERS, Reduction
 
-__all__ = ["INDEXED", "POINTWISE", "VIEWS", "Op", "Value", "bind", "cast", "classify"]
+__all__ = ["INDEXED", "POINTWISE", "REDUCERS", "VIEWS", "Op", "Reduction", "Value", "bind", "cast", "classify"]
 
 
 # -- classification --------------------------------------------------------------
@@ -39,9 +44,17 @@ def classify(node: Node, graph: Graph) -> tuple[str, str]:
     if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("aten", "prims"):
         return "extern", f"{target} is not an ATen op"
     name = target._opname
-    kind = "pointwise" if name in POINTWISE else "view" if name in VIEWS or name in INDEXED else None
+    kind = (
+        "pointwise"
+        if name in POINTWISE
+        else "view"
+        if name in VIEWS or name in INDEXED
+        else "reduction"
+        if name in REDUCERS
+        else None
+    )
     if kind is None:
-        return "extern", f"aten.{name} has no pointwise or view lowering"
+        return "extern", f"aten.{name} has no pointwise, view or reduction lowering"
     if not isinstance(node.meta, TensorMeta):
         return "extern", f"aten.{name} returns {node.meta}"
     metas = [node.meta] + [graph[n].meta for n in node.inputs()]
@@ -56,4 +69,6 @@ def classify(node: Node, graph: Graph) -> tuple[str, str]:
         return "extern", "aten._to_copy moves data between devices"
     if name in SPECIAL_SUPPORT and not SPECIAL_SUPPORT[name](node, graph):
         return "extern", f"aten.{name} with these arguments has no in-kernel lowering"
+    if kind == "reduction" and (why := reductions.supported(node, graph)):
+        return "extern", why
     return kind, ""

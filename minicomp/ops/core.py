@@ -34,6 +34,8 @@ class Writer(Protocol):
 
     tile: str
 
+    def tile_for(self, index: tuple[Expr, ...]) -> str: ...
+    def is_full(self, index: tuple[Expr, ...]) -> bool: ...
     def value(self, name: str, index: tuple[Expr, ...], mask: tuple[str, ...]) -> Value: ...
     def temp(self, code: str, dtype: torch.dtype, hint: str) -> Value: ...
     def index_text(self, expr: Expr) -> str: ...
@@ -60,6 +62,9 @@ def cast(v: Value, dtype: torch.dtype) -> str:
         return v.code
     if dtype == torch.bool:
         return f"({v.code} != 0)"
+    if dtype in dtypes.LOW_PRECISION and not v.dtype.is_floating_point:
+        # through float32, as eager converts (and Triton's interpreter turns int64 -> bfloat16 into 0)
+        return f"{v.code}.to(tl.float32).to({dtypes.triton_dtype(dtype)})"
     return f"{v.code}.to({dtypes.triton_dtype(dtype)})"
 
 
@@ -98,8 +103,9 @@ class Op:
 
     @property
     def tile(self) -> str:
-        """The shape of every value in the kernel, as Triton source (`tl.full(op.tile, ...)`)."""
-        return self.writer.tile
+        """The shape of this node's value in the kernel, as Triton source (`tl.full(op.tile, ...)`):
+        `[BLOCK_SIZE]` in a pointwise kernel; a reduction kernel's rows are `[XBLOCK, 1]`."""
+        return self.writer.tile_for(self.index)
 
     def value(self, name: str, index=None, mask=None) -> Value:
         """The operand named `name` as a Value, broadcast to this node's index."""

@@ -272,9 +272,10 @@ def gelu(op: Op) -> str:
 def to_copy(op: Op) -> str:
     """The cast is the whole op. A cast to float16/bfloat16 rounds there, as in
     eager, even though the value then lives on in float32."""
+    source = "self" if "self" in op.args else "a"  # prims.convert_element_type names it `a`
     if op.out_dtype in dtypes.LOW_PRECISION:
-        return f"{op.operand('self', op.out_dtype)}.to(tl.float32)"
-    return op.operand("self")
+        return f"{op.operand(source, op.out_dtype)}.to(tl.float32)"
+    return op.operand(source)
 
 
 @pointwise("copy")

@@ -2,7 +2,8 @@
 
 A view rule maps the index of its output to the index of its input (no copy).
 An indexed rule (cat, slice_scatter, constant_pad_nd) builds its value from
-inputs at shifted indexes, each load masked to the part it serves.
+inputs at shifted indexes, each load masked to the part it serves; gather
+reads its input at an index it computes (a `Dyn` atom of the index).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from minicomp.dtypes import literal
-from minicomp.indexing import Expr, const, contiguous_strides, size
+from minicomp.indexing import Dyn, Expr, const, contiguous_strides, size
 from minicomp.ir import TensorMeta
 from minicomp.ops.core import Condition, Op, all_of, broadcast_index, cast, indexed, view
 
@@ -219,3 +220,19 @@ def constant_pad_nd(op: Op) -> str:
         conds += [op.compare(op.index[d], ">=", before), op.compare(op.index[d], "<", before + meta.shape[d])]
         index[d] = op.index[d] - before
     return _scatter(op, name, all_of(conds), tuple(index), lambda: literal(op.param("value"), op.compute))
+
+
+@indexed("gather")
+def gather(op: Op) -> str:
+    """input[..., index[i], ...] along `dim`: the index tensor is evaluated here and becomes a
+    run-time atom of the input's index (cross-entropy's target logit, read in the same kernel
+    as the row's logsumexp). An index outside [0, size) reads 0 where eager raises: the load
+    is masked so that it never touches memory outside the input."""
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim)
+    where = op.value("index", index=op.index)
+    position = op.temp(cast(where, torch.int32 if meta.shape[d] < 2**31 else torch.int64), torch.int32)
+    index = list(op.index)
+    index[d] = Expr.of(Dyn(position, meta.shape[d], op.writer.is_full(op.index)))
+    inside = op.temp(f"({position} >= 0) & ({position} < {meta.shape[d]})", torch.bool)
+    return cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)

@@ -26,8 +26,8 @@ Plan:
         computes ['add_1', 'sigmoid']
         reads ['b', 'mm']  writes ['sigmoid']
     not fused:
-        relu -> mm: mm runs as an ATen call: aten.mm has no pointwise or view lowering
-        mm -> add_1: mm runs as an ATen call: aten.mm has no pointwise or view lowering
+        relu -> mm: mm runs as an ATen call: aten.mm has no pointwise, view or reduction lowering
+        mm -> add_1: mm runs as an ATen call: aten.mm has no pointwise, view or reduction lowering
 """
 import torch
 import triton

@@ -1,0 +1,416 @@
+"""Kernels of kind "reduction": rows of a space reduced over some of its dims, in a 2-D tile.
+
+The space is the reduced value's shape S; its reduced dims D (`Kernel.reduced`)
+are walked by the `r` variables along the tile's second axis, every other dim
+(the rows) by the `x` variables along its first:
+
+    xindex = pid * XBLOCK + tl.arange(0, XBLOCK)[:, None]    # [XBLOCK, 1]: rows
+    rindex = roffset + tl.arange(0, RBLOCK)[None, :]         # [1, RBLOCK]: reduced elements
+
+A value evaluated at an index with `r` variables is a *full* tile
+[XBLOCK, RBLOCK]; one without (a reduction's result, the normalizing factor
+computed from it, a load of a per-row target) is a *row* tile [XBLOCK, 1],
+which broadcasts back over the row. The lowering rules are the pointwise
+kernel's; only the tile differs.
+
+Two forms, chosen by the plan from the reduced extent R (`fusion.reduction_form`):
+
+* persistent: RBLOCK >= R, the whole row in registers. Everything is written
+  straight down, so a norm reads `x` once and keeps it for the normalize.
+* looped: rows longer than config "persistent_rows" (a 32k-128k vocabulary) are walked
+  RBLOCK at a time. Reductions are computed in *phases*: phase k is one loop
+  over the row for the reductions whose operand needs the results of phase
+  k - 1 (softmax: the max, then the sum of exp(x - max)); values stored over
+  the whole space get a last loop (or ride in the first loop that has what
+  they need: add + RMSNorm writes `h` in its only reduction loop). Each
+  reduction keeps an elementwise accumulator [XBLOCK, RBLOCK] and reduces it
+  along the row after its loop, as Inductor does.
+
+  One algebraic rule saves a pass: a sum of exp(a - m) where m is the max of
+  `a` over the same row (softmax, log_softmax, logsumexp and cross-entropy all
+  decompose to it) is accumulated in the max's loop, rescaling the running sum
+  whenever the running max grows (online softmax). Cross-entropy's forward
+  then reads its logits once.
+
+Reductions accumulate in float32 for 16-bit floats and int64 for integer sums,
+as eager does (ops/reductions.py), and combine through the module's
+@triton.jit helpers (`_sum`, `_max_nan`, ...: templates/module.py.j2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from minicomp import dtypes, ops
+from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
+from minicomp.fusion import Kernel, Plan
+from minicomp.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
+from minicomp.ops.reductions import helper, identity, spec
+
+
+def write(plan: Plan, kernel: Kernel) -> KernelSource:
+    return ReductionWriter(plan, kernel).write()
+
+
+@dataclass
+class Phase:
+    """One pass over the row: its reductions and full-space stores, and the row values
+    computed before it (`before`), the loop body (`body`) and what follows the loop (`after`)."""
+
+    reductions: list[str] = field(default_factory=list)
+    stores: list[str] = field(default_factory=list)
+    before: list[str] = field(default_factory=list)
+    body: list[str] = field(default_factory=list)
+    after: list[str] = field(default_factory=list)
+
+
+class ReductionWriter(KernelWriter):
+    reserved = ("xindex", "xmask", "rindex", "rmask", "roffset", "pid", "RBLOCK")
+    tile = "[XBLOCK, RBLOCK]"
+
+    def __init__(self, plan: Plan, kernel: Kernel):
+        shape, reduced = kernel.shape, kernel.reduced
+        self.rows = [d for d in range(len(shape)) if d not in reduced]
+        self.xspace = IterationSpace([shape[d] for d in self.rows], base="xindex")
+        self.rspace = IterationSpace([shape[d] for d in reduced], base="rindex", first=len(self.rows))
+        self.extent = self.rspace.numel
+        self.looped, self.rblock = kernel.looped, kernel.rblock
+        super().__init__(plan, kernel, self.xspace)
+        self.full_index = tuple(self._full_index())
+        self.phase: Phase | None = None
+        self.phases: list[Phase] = []
+        self.results: dict[str, ops.Value] = {}  # reduction node -> its row value, once computed
+        self.online: dict[str, str] = {}  # sum node -> the max node it is accumulated with
+        self.full_memo: dict[tuple, ops.Value] = {}  # full values; a looped kernel's are per pass
+        self.full = False  # whether the value being evaluated is a full tile
+
+    # -- the index -----------------------------------------------------------
+    def _full_index(self):
+        x = iter(range(len(self.rows)))
+        r = iter(range(len(self.kernel.reduced)))
+        for d in range(len(self.kernel.shape)):
+            yield self.rspace.var(next(r)) if d in self.kernel.reduced else self.xspace.var(next(x))
+
+    def index_of(self, shape: tuple[int, ...]) -> tuple[Expr, ...]:
+        """Where a value of `shape` (the space, or its rows) is evaluated in this kernel."""
+        full = self.kernel.shape
+        if tuple(shape) == tuple(full):
+            return self.full_index
+        if len(shape) == len(full):  # rows, reduced dims kept as 1
+            return tuple(const(0) if d in self.kernel.reduced else e for d, e in enumerate(self.full_index))
+        return tuple(e for d, e in enumerate(self.full_index) if d not in self.kernel.reduced)
+
+    def is_full(self, index) -> bool:
+        return any(_has_r(e, len(self.rows)) for e in index)
+
+    def tile_for(self, index) -> str:
+        return self.tile if self.is_full(index) else "[XBLOCK, 1]"
+
+    def atom_name(self, atom) -> str:
+        if isinstance(atom, Var) and atom.dim >= len(self.rows):
+            self.vars.add(atom)
+            return f"r{atom.dim - len(self.rows)}"
+        return super().atom_name(atom)
+
+    def address(self, expr: Expr) -> str:
+        return self.rspace.collapse(self.xspace.collapse(expr)).render(self.atom_name)
+
+    @property
+    def root_mask(self) -> str:
+        return "xmask"
+
+    def load_mask(self, index, mask) -> str:
+        has_x = any(_has_x(e, len(self.rows)) for e in index)
+        parts = (["xmask"] if has_x or not self.is_full(index) else []) + (["rmask"] if self.is_full(index) else [])
+        return " & ".join(parts + list(mask))
+
+    # -- values: row values before the loop, full values inside it ----------------
+    def value(self, name: str, index, mask=()) -> ops.Value:
+        full = self.is_full(index)
+        memo = self.full_memo if full else self.memo
+        key = (name, index, mask)
+        if key not in memo:
+            outer, self.full = self.full, full
+            try:
+                memo[key] = self._evaluate(name, index, mask)
+            finally:
+                self.full = outer
+        return memo[key]
+
+    def temp(self, code, dtype, hint, comment="", plain_load=False) -> ops.Value:
+        """A line in the loop body (a full value) or before the loop (a row value)."""
+        full = self.full
+        lines = self.phase.body if full else self.phase.before
+        key = (code, dtype, full)
+        if key not in self.emitted:
+            name = self.fresh(hint)
+            lines.append(f"{name} = {code}" + (f"  # {comment}" if comment else ""))
+            self.emitted[key] = ops.Value(name, dtype)
+        return self.emitted[key]
+
+    def _evaluate(self, name: str, index, mask) -> ops.Value:
+        if self.plan.kinds[name] != "reduction" or name in self.loads:
+            return super()._evaluate(name, index, mask)
+        if index != self.index_of(self.graph[name].meta.shape):
+            raise NotImplementedError(f"{name} is read at another row than the one it reduces")
+        if name not in self.results:
+            raise NotImplementedError(f"{name} is needed before the pass that computes it")
+        return self.results[name]
+
+    # -- phases -------------------------------------------------------------------
+    def _levels(self) -> dict[str, int]:
+        """Reduction -> its phase (1 + the latest phase whose results its operand needs); and
+        `self.needs`: node -> the latest phase whose results it needs (0: none)."""
+        computed = [n for n in self.graph.order if n in set(self.kernel.nodes)]
+
+        def propagate(level: dict[str, int]) -> dict[str, int]:
+            needs: dict[str, int] = {}
+            for name in computed:
+                before = max((needs.get(i, 0) for i in self.graph[name].inputs()), default=0)
+                if self.plan.kinds[name] == "reduction":
+                    level.setdefault(name, before + 1)
+                    needs[name] = level[name]
+                else:
+                    needs[name] = before
+            return needs
+
+        level: dict[str, int] = {}
+        propagate(level)
+        if self.looped:
+            for name in list(level):
+                partner = self._online_partner(name)
+                if partner is not None and level[name] == level[partner] + 1:
+                    self.online[name] = partner
+            merged = {m: level[m] for m in self.online.values()} | {s: level[m] for s, m in self.online.items()}
+            level = dict(merged)
+            propagate(level)
+        self.needs = propagate(level)
+        return level
+
+    def _online_partner(self, name: str) -> str | None:
+        """The max `m` when `name` is sum(exp(a - m)) over the same row, with m = amax(a)."""
+        r = spec(self.graph[name], self.graph)
+        if r.combine != "sum" or r.divide != 1:
+            return None
+        node = self.graph[r.source]
+        if node.op_name != "exp" or self.plan.kinds.get(r.source) != "pointwise":
+            return None
+        inner = node.args[0]
+        sub = self.graph[inner.name] if hasattr(inner, "name") else None
+        if sub is None or sub.op_name != "sub" or len(sub.args) < 2 or sub.kwargs.get("alpha", 1) != 1:
+            return None
+        a, m = sub.args[0], sub.args[1]
+        if not (hasattr(a, "name") and hasattr(m, "name")) or self.plan.kinds.get(m.name) != "reduction":
+            return None
+        mr = spec(self.graph[m.name], self.graph)
+        if mr.combine != "max" or mr.source != a.name or mr.dims != r.dims or not mr.keepdim:
+            return None
+        if m.name in self.loads or not self.graph[a.name].meta.dtype.is_floating_point:
+            return None
+        return m.name
+
+    def write(self) -> KernelSource:
+        level = self._levels()
+        count = max(level.values(), default=0)
+        self.phases = [Phase() for _ in range(count + 1)]  # the last one: full stores that need every result
+        for name, k in level.items():
+            self.phases[k - 1].reductions.append(name)
+        outs = out_pointers(self.kernel.stores)
+        row_stores = []
+        for name in self.kernel.stores:
+            if self.is_full(self.index_of(self.graph[name].meta.shape)):
+                self.phases[min(self.needs.get(name, 0), count)].stores.append(name)
+            else:
+                row_stores.append(name)
+        for phase in self.phases:
+            self.phase = phase
+            self.full_memo = {} if self.looped else self.full_memo
+            if self.looped:
+                self.emitted = {k: v for k, v in self.emitted.items() if not k[2]}
+            for name in phase.reductions:
+                if name not in self.online:  # a sum accumulated online is written with its max
+                    self._reduce(name)
+            for name in phase.stores:
+                phase.body.append(self._store(name, outs[name]))
+        self.phase = self.phases[-1]
+        for name in row_stores:
+            self.phase.after.append(self._store(name, outs[name]))
+        params = list(self.pointers.values()) + list(outs.values())
+        args = list(self.pointers) + list(outs)
+        return KernelSource(
+            kernel=self.kernel,
+            name=self.kernel.name,
+            params=params,
+            args=args,
+            numel=self.xspace.numel,
+            header=self._header(),
+            body=self._body(),
+            wide_index=needs_wide_index(self.graph, self.xspace.numel * self.extent, args),
+            row=self.rblock,
+        )
+
+    def _store(self, name: str, out: str) -> str:
+        meta = self.graph[name].meta
+        index = self.index_of(meta.shape)
+        value = self.value(name, index)
+        offset = Expr()
+        for e, stride in zip(index, self.plan.strides[name]):
+            offset = offset + e * stride
+        full = self.is_full(index)
+        address = paren(self.address(offset))
+        if not full and not any(_has_x(e, len(self.rows)) for e in index):
+            address = "xindex * 0" if offset.is_const else f"{address} + xindex * 0"  # one row: a row tile's shape
+        mask = "xmask & rmask" if full else "xmask"
+        return f"tl.store({out} + {address}, {ops.cast(value, meta.dtype)}, mask={mask})"
+
+    def _reduce(self, name: str) -> None:
+        """The lines that compute reduction `name` (and its online partner) in this phase."""
+        partner = next((s for s, m in self.online.items() if m == name), None)
+        r = spec(self.graph[name], self.graph)
+        operand = self.value(r.source, self.full_index)
+        acc_dtype = r.acc
+        v = self._operand(r, operand)
+        tl_acc = dtypes.triton_dtype(acc_dtype)
+        init = identity(r.combine, acc_dtype)
+        combine = helper(r.combine, acc_dtype)
+        result = self.fresh(name)
+        if r.combine in ("argmax", "argmin"):
+            self._reduce_with_index(name, r, v, result)
+            return
+        if not self.looped:
+            reduced = f"tl.reduce(tl.where(rmask, {v}, {init}), 1, {combine})[:, None]"
+            self.phase.after.append(f"{result} = {self._finish(r, reduced)}  # {self.graph[name].op_name}")
+            self.results[name] = ops.Value(result, _result_dtype(r))
+            if partner is not None:
+                self._reduce(partner)
+            return
+        acc = self.fresh(f"{name}_acc")
+        if partner is None:  # an elementwise accumulator, reduced along the row after the loop
+            self.phase.before.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {tl_acc})")
+            self.phase.body.append(f"{acc} = tl.where(rmask, {combine}({acc}, {v}), {acc})")
+            reduced = f"tl.reduce({acc}, 1, {combine})[:, None]"
+            self.phase.after.append(f"{result} = {self._finish(r, reduced)}  # {self.graph[name].op_name}")
+            self.results[name] = ops.Value(result, _result_dtype(r))
+            return
+        # online softmax: per row, the running max and the running sum of exp(v - max), the sum
+        # rescaled by exp(old max - new max) when a block raises the max: one exp per element
+        total = self.fresh(f"{partner}_acc")
+        block_max, grown = self.fresh(f"{name}_block"), self.fresh(f"{name}_next")
+        self.phase.before.append(f"{acc} = tl.full([XBLOCK, 1], {init}, {tl_acc})")
+        self.phase.before.append(f"{total} = tl.full([XBLOCK, 1], 0.0, tl.float32)")
+        self.phase.body += [
+            f"{block_max} = tl.where(rmask, {v}, {init})",
+            f"{grown} = {combine}({acc}, tl.reduce({block_max}, 1, {combine})[:, None])",
+            f"{total} = {total} * _exp_shift({acc}, {grown})"
+            f" + tl.reduce(_exp_shift({block_max}, {grown}), 1, _sum)[:, None]",
+            f"{acc} = {grown}",
+        ]
+        self.phase.after.append(f"{result} = {acc}  # {self.graph[name].op_name}")
+        self.results[name] = ops.Value(result, acc_dtype)
+        summed = self.fresh(partner)
+        self.phase.after.append(
+            f'{summed} = tl.where({result} == float("-inf"), float("nan"), {total})'
+            f"  # sum of exp({r.source} - {name}), accumulated online"
+        )
+        self.results[partner] = ops.Value(summed, torch.float32)
+
+    def _operand(self, r, operand: ops.Value) -> str:
+        if r.acc == torch.int8:  # any / all: reduce x != 0
+            return f"({ops.cast(operand, torch.bool)}).to(tl.int8)"
+        return ops.cast(operand, r.acc)
+
+    def _finish(self, r, reduced: str) -> str:
+        if r.divide != 1:
+            return f"{reduced} / {r.divide}.0"
+        if r.acc == torch.int8:
+            return f"({reduced} != 0)"
+        return reduced
+
+    def _reduce_with_index(self, name: str, r, v: str, result: str) -> None:
+        """argmax / argmin: (value, position in the row) pairs; ties take the first position,
+        NaN counts as the largest (argmax) and smallest (argmin) value, as in eager."""
+        combine = f"_{r.combine}_nan" if r.acc.is_floating_point else f"_{r.combine}"
+        init = identity(r.combine, r.acc)
+        where = "rindex + tl.full([XBLOCK, RBLOCK], 0, tl.int32)"
+        if not self.looped:
+            self.phase.after.append(
+                f"_, {result} = tl.reduce((tl.where(rmask, {v}, {init}), {where}), 1, {combine})  # {r.combine}"
+            )
+        else:
+            best, at = self.fresh(f"{name}_best"), self.fresh(f"{name}_at")
+            tl_acc = dtypes.triton_dtype(r.acc)
+            self.phase.before += [
+                f"{best} = tl.full([XBLOCK, RBLOCK], {init}, {tl_acc})",
+                f"{at} = tl.full([XBLOCK, RBLOCK], 0, tl.int32)",
+            ]
+            self.phase.body.append(f"{best}, {at} = {combine}({best}, {at}, tl.where(rmask, {v}, {init}), {where})")
+            self.phase.after.append(f"_, {result} = tl.reduce(({best}, {at}), 1, {combine})  # {r.combine}")
+        self.phase.after.append(f"{result} = {result}[:, None].to(tl.int64)")
+        self.results[name] = ops.Value(result, torch.int64)
+
+    # -- text -------------------------------------------------------------------------
+    def _body(self) -> list[str]:
+        xdefs = [
+            f"x{v.dim} = {self.xspace.definition(v)}"
+            for v in sorted(self.vars, key=lambda v: v.dim)
+            if v.dim < len(self.rows)
+        ]
+        rdefs = [
+            f"r{v.dim - len(self.rows)} = {self.rspace.definition(v)}"
+            for v in sorted(self.vars, key=lambda v: v.dim)
+            if v.dim >= len(self.rows)
+        ]
+        lines = [f"RBLOCK: tl.constexpr = {self.rblock}"] + xdefs
+        if not self.looped:
+            # a row that fills RBLOCK exactly needs no mask: a constant one the compiler folds away
+            mask = f"rindex < {self.extent}" if self.extent < self.rblock else "tl.full([1, RBLOCK], True, tl.int1)"
+            lines += ["rindex = tl.arange(0, RBLOCK)[None, :]", f"rmask = {mask}"] + rdefs
+            for phase in self.phases:
+                lines += phase.before + phase.body + phase.after
+            return lines
+        for k, phase in enumerate(self.phases):
+            lines += phase.before
+            if phase.body:
+                what = ", ".join(phase.reductions + phase.stores)
+                lines.append(f"for roffset in range(0, {self.extent}, RBLOCK):  # pass {k + 1}: {what}")
+                loop = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"rmask = rindex < {self.extent}"]
+                lines += ["    " + line for line in loop + rdefs + phase.body]
+            lines += phase.after
+        return lines
+
+    def _header(self) -> list[str]:
+        form = self.kernel.form
+        rows = " x ".join(str(s) for s in self.xspace.shape) or "1"
+        rows += " row" if self.xspace.numel == 1 else " rows"
+        return [
+            f"kernel {self.kernel.index}: {', '.join(self.kernel.nodes)}",
+            f"  aten ops: {', '.join(dict.fromkeys(self.kernel.op_names)) or '-'}",
+            f"  reduction ({form}): {rows} of {self.extent} (dims {list(self.kernel.reduced)} of "
+            f"{list(self.kernel.shape)})"
+            + (f"; online max-and-sum for {', '.join(self.online)}" if self.online else ""),
+            f"  reads {', '.join(self.kernel.loads) or '-'}; writes {', '.join(self.kernel.stores)}",
+        ]
+
+
+def _result_dtype(r) -> torch.dtype:
+    return torch.bool if r.acc == torch.int8 else r.acc
+
+
+def _has_r(expr: Expr, first_r: int) -> bool:
+    return any(_atom_has(atom, lambda v: v.dim >= first_r, "rindex") for atom, _ in expr.terms)
+
+
+def _has_x(expr: Expr, first_r: int) -> bool:
+    return any(_atom_has(atom, lambda v: v.dim < first_r, "xindex") for atom, _ in expr.terms)
+
+
+def _atom_has(atom, test, base: str) -> bool:
+    if isinstance(atom, Var):
+        return test(atom)
+    if isinstance(atom, (FloorDiv, Mod)):
+        return any(_atom_has(a, test, base) for a, _ in atom.expr.terms)
+    if isinstance(atom, Dyn):
+        return atom.full if base == "rindex" else True
+    return getattr(atom, "base", None) == base
