@@ -42,16 +42,17 @@ def main(argv=None):
     seq, dtype = (8, torch.float32) if run.tiny else (2048, torch.bfloat16)
     inputs = WORKLOADS["llama_block"].make(seq, dtype, run.device)
     torch._dynamo.reset()
-    result = {}
+    result, rows = {}, []
     for impl in ("minicomp", "inductor"):
         backend = minicomp.dynamo.backend if impl == "minicomp" else "inductor"
         fn = torch.compile(llama_block, backend=backend)
         with torch.no_grad():
             times = kernel_times(fn, inputs, 1 if run.tiny else 10, run.device)
         result[impl] = dict(total_us=sum(times.values()), kernels=times)
+        rows += [dict(impl=impl, kernel=name, us=us) for name, us in times.items()]
     jit = minicomp.jit(llama_block)
     result["minicomp_plan"] = str(jit.compiled(*inputs).plan).splitlines()
-    run.write(seq=seq, dtype=str(dtype), **result)
+    run.write(seq=seq, dtype=str(dtype), rows=rows, **result)
     for impl in ("minicomp", "inductor"):
         print(f"{impl}: {result[impl]['total_us']:.1f} us per call")
         for name, us in list(result[impl]["kernels"].items())[:14]:
