@@ -47,6 +47,7 @@ from minicomp import dtypes, ops
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.fusion import Kernel, Plan
 from minicomp.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
+from minicomp.ir import Ref
 from minicomp.ops.reductions import helper, identity, spec
 
 
@@ -183,9 +184,8 @@ class ReductionWriter(KernelWriter):
                 partner = self._online_partner(name)
                 if partner is not None and level[name] == level[partner] + 1:
                     self.online[name] = partner
-            merged = {m: level[m] for m in self.online.values()} | {s: level[m] for s, m in self.online.items()}
-            level = dict(merged)
-            propagate(level)
+            # only the merged levels are kept; propagate recomputes the others from them
+            level = {m: level[m] for m in self.online.values()} | {s: level[m] for s, m in self.online.items()}
         self.needs = propagate(level)
         return level
 
@@ -198,11 +198,11 @@ class ReductionWriter(KernelWriter):
         if node.op_name != "exp" or self.plan.kinds.get(r.source) != "pointwise":
             return None
         inner = node.args[0]
-        sub = self.graph[inner.name] if hasattr(inner, "name") else None
+        sub = self.graph[inner.name] if isinstance(inner, Ref) else None
         if sub is None or sub.op_name != "sub" or len(sub.args) < 2 or sub.kwargs.get("alpha", 1) != 1:
             return None
         a, m = sub.args[0], sub.args[1]
-        if not (hasattr(a, "name") and hasattr(m, "name")) or self.plan.kinds.get(m.name) != "reduction":
+        if not (isinstance(a, Ref) and isinstance(m, Ref)) or self.plan.kinds.get(m.name) != "reduction":
             return None
         mr = spec(self.graph[m.name], self.graph)
         if mr.combine != "max" or mr.source != a.name or mr.dims != r.dims or not mr.keepdim:
@@ -266,7 +266,8 @@ class ReductionWriter(KernelWriter):
         return f"tl.store({out} + {address}, {ops.cast(value, meta.dtype)}, mask={mask})"
 
     def _reduce(self, name: str) -> None:
-        """The lines that compute reduction `name` (and its online partner) in this phase."""
+        """The lines that compute reduction `name` in this phase (a looped kernel's max also computes
+        the sum accumulated online with it, its partner)."""
         partner = next((s for s, m in self.online.items() if m == name), None)
         r = spec(self.graph[name], self.graph)
         operand = self.value(r.source, self.full_index)
@@ -283,8 +284,6 @@ class ReductionWriter(KernelWriter):
             reduced = f"tl.reduce(tl.where(rmask, {v}, {init}), 1, {combine})[:, None]"
             self.phase.after.append(f"{result} = {self._finish(r, reduced)}  # {self.graph[name].op_name}")
             self.results[name] = ops.Value(result, _result_dtype(r))
-            if partner is not None:
-                self._reduce(partner)
             return
         acc = self.fresh(f"{name}_acc")
         if partner is None:  # an elementwise accumulator, reduced along the row after the loop
@@ -331,7 +330,7 @@ class ReductionWriter(KernelWriter):
     def _reduce_with_index(self, name: str, r, v: str, result: str) -> None:
         """argmax / argmin: (value, position in the row) pairs; ties take the first position,
         NaN counts as the largest (argmax) and smallest (argmin) value, as in eager."""
-        combine = f"_{r.combine}_nan" if r.acc.is_floating_point else f"_{r.combine}"
+        combine = helper(r.combine, r.acc)
         init = identity(r.combine, r.acc)
         where = "rindex + tl.full([XBLOCK, RBLOCK], 0, tl.int32)"
         if not self.looped:
