@@ -1,6 +1,7 @@
 """The pipeline, in one function: ATen graph -> IR -> fusion plan -> source -> module.
 
-    gm --ir.from_fx--> Graph --fusion.plan--> Plan --codegen--> source --runtime.load--> call
+    gm --ir.from_fx--> Graph --split_reductions--> Graph --fusion.plan--> Plan
+       --codegen--> source --runtime.load--> call
 
 Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
 """
@@ -21,6 +22,7 @@ from minicomp.codegen.module import KernelCall
 from minicomp.fusion import Plan
 from minicomp.ir import Graph, TensorMeta
 from minicomp.launch import Launch
+from minicomp.split_reductions import split_reductions
 
 
 @dataclass
@@ -59,6 +61,7 @@ def compile_graph(
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text."""
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
+    graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
     plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)

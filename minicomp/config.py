@@ -95,6 +95,11 @@ DEFAULTS = dict(
     tune_min_numel=1 << 24,  # launch.py: kernels below this use the heuristic
     persistent_rows=8192,  # fusion.py: a reduced row up to this many elements is held in registers whole
     loop_block=4096,  # fusion.py: elements of a longer row a looped reduction takes per step
+    outer_block=32,  # fusion.py: elements of a row a step when the rows are contiguous in memory
+    split_below=256,  # split_reductions.py: a reduction with fewer row tiles (~2 per SM) is split ...
+    split_min_numel=1 << 20,  # split_reductions.py: ... when it reads at least this many elements ...
+    split_programs=4096,  # split_reductions.py: ... into about this many row tiles x partials ...
+    split_chunk=128,  # split_reductions.py: ... of at least this many elements each
 )
 _overrides = threading.local()
 

@@ -60,8 +60,38 @@ class ReductionSpace:
         dropped = tuple(s for d, s in enumerate(self.shape) if d not in self.dims)
         return shape in (self.shape, rows, dropped)
 
+    @property
+    def extent(self) -> int:
+        """Elements of one row: the product of the reduced dims."""
+        n = 1
+        for d in self.dims:
+            n *= self.shape[d]
+        return n
+
+    @property
+    def rows(self) -> int:
+        return max(1, _product(self.shape)) // max(1, self.extent)
+
+    def is_outer(self, stride: tuple[int, ...] | None = None) -> bool:
+        """Are the rows contiguous in memory rather than the reduced elements? Read from the
+        reduced value's `stride` (its dim of smallest stride), else from the shape (its last dim)."""
+        sized = [d for d, s in enumerate(self.shape) if s > 1]
+        if not sized or all(d in self.dims for d in sized):
+            return False
+        strided = [d for d in sized if stride is not None and len(stride) == len(self.shape) and stride[d] != 0]
+        if not strided:
+            return sized[-1] not in self.dims
+        return min(strided, key=lambda d: (abs(stride[d]), -d)) not in self.dims
+
     def __str__(self) -> str:
         return f"{list(self.shape)} reduced over dims {list(self.dims)}"
+
+
+def _product(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 @dataclass
@@ -76,11 +106,18 @@ class Kernel:
     reduced: tuple[int, ...] = ()  # a reduction kernel's reduced dims of `shape`
     looped: bool = False  # a reduction kernel: walks its rows RBLOCK at a time (else holds them whole)
     rblock: int = 0  # a reduction kernel's RBLOCK: the row elements a program holds at once
+    outer: bool = False  # a reduction kernel whose rows, not its reduced dims, are contiguous in memory
+    split: tuple[str, int] | None = None  # (reduction, K): this kernel computes its K partial results
 
     @property
     def form(self) -> str:
         """How a reduction kernel walks its rows, as the plan and the kernel header say it."""
-        return f"looped, {self.rblock} a step" if self.looped else f"persistent, RBLOCK {self.rblock}"
+        text = f"looped, {self.rblock} a step" if self.looped else f"persistent, RBLOCK {self.rblock}"
+        if self.outer:
+            text += ", rows contiguous"
+        if self.split:
+            text = f"split {self.split[1]} ways for {self.split[0]}, " + text
+        return text
 
     @property
     def name(self) -> str:
@@ -256,6 +293,8 @@ def _stages(graph: Graph, kinds):
                 + (f" but is shaped {list(meta.shape)}" if mine and not fits else "")
                 + (f" and {name} is one over {mine}" if kind == "reduction" and mine != space[other] else "")
             )
+            if other in graph.split:
+                why = f"{name} combines the {graph.split[other][1]} partial results of a split reduction"
             refusals.append(Refusal(other, name, why))
             if kind != "reduction":
                 mine = None
@@ -304,7 +343,7 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
         if name in space:
             key = (stage[name], space[name])
             if key not in reductions:
-                looped, rblock = reduction_form(space[name])
+                looped, rblock, outer = reduction_form(space[name], graph[spec(graph[name], graph).source].meta.stride)
                 reductions[key] = Kernel(
                     0,
                     "reduction",
@@ -314,7 +353,10 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
                     reduced=space[name].dims,
                     looped=looped,
                     rblock=rblock,
+                    outer=outer,
                 )
+            if name in graph.split:
+                reductions[key].split = graph.split[name]
             if name in materialized:
                 reductions[key].stores.append(name)
     pointwise: dict[tuple, Kernel] = {}
@@ -334,15 +376,23 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
     return [replace(k, index=i) for i, k in enumerate(kernels)]
 
 
-def reduction_form(space: ReductionSpace) -> tuple[bool, int]:
-    """(looped, RBLOCK): rows up to config "persistent_rows" elements are held whole (RBLOCK the
-    next power of two), longer ones walked config "loop_block" elements at a time."""
-    extent = 1
-    for d in space.dims:
-        extent *= space.shape[d]
+def reduction_form(space: ReductionSpace, stride: tuple[int, ...] | None = None) -> tuple[bool, int, bool]:
+    """(looped, RBLOCK, outer) of a kernel over `space` whose reduced value has `stride`.
+
+    Rows up to config "persistent_rows" elements are held whole (RBLOCK the next power of
+    two), longer ones walked config "loop_block" elements at a time. An *outer* reduction
+    (its rows, not its reduced dims, are contiguous in memory: a bias gradient's sum(0)) takes
+    config "outer_block" elements of a row a step, so that a program's many rows (XBLOCK)
+    make each load one contiguous run."""
+    extent = space.extent
+    if space.is_outer(stride):
+        block = config.get("outer_block")
+        if extent <= block:
+            return False, max(1 << (extent - 1).bit_length(), 2), True
+        return True, block, True
     if extent <= config.get("persistent_rows"):
-        return False, max(1 << (extent - 1).bit_length(), 2)
-    return True, config.get("loop_block")
+        return False, max(1 << (extent - 1).bit_length(), 2), False
+    return True, config.get("loop_block"), False
 
 
 def _reduction_reading(graph: Graph, name: str, stage, space, reductions) -> Kernel | None:

@@ -127,6 +127,8 @@ class Graph:
     the node's value (from `x.mul_(2)` in the user's function).
     constants: tensors the trace captured (inputs of the graph that the caller
     does not pass: the generated `call` takes them as keyword arguments).
+    split: reductions that compute the K partial results of a split reduction
+    (split_reductions.py): node -> (the reduction it was split from, K).
     """
 
     def __init__(
@@ -135,9 +137,11 @@ class Graph:
         outputs: list,
         mutations: list[tuple[str, str]],
         constants: dict[str, torch.Tensor] | None = None,
+        split: dict[str, tuple[str, int]] | None = None,
     ):
         self.nodes = {n.name: n for n in nodes}
         self.constants = constants or {}
+        self.split = split or {}
         self.order = [n.name for n in nodes]
         self.outputs = outputs
         self.mutations = mutations

@@ -68,20 +68,28 @@ def reduction_heuristic(rows: int, row: int, device: torch.device) -> tuple[int,
     """(XBLOCK, num_warps) of a reduction kernel whose programs hold `row` elements of a row."""
     if device.type == "cpu":
         return min(next_power_of_2(max(rows, 1)), max(1, (1 << 16) // row)), 1
-    xblock = min(next_power_of_2(max(rows, 1)), max(1, 2048 // row))
+    xblock = rows_per_program(rows, row)
     return xblock, min(16, max(1, xblock * row // 512))
 
 
+def rows_per_program(rows: int, row: int) -> int:
+    """XBLOCK without measuring: a tile of about 2048 elements, `row` of each row."""
+    return min(next_power_of_2(max(rows, 1)), max(1, 2048 // row))
+
+
 def reduction_candidates(rows: int, row: int) -> list[tuple[int, int]]:
-    """The (XBLOCK, num_warps) a reduction kernel is timed with: rows a program from the
-    heuristic's down to one, warps for 256 to 1024 elements of the tile a warp."""
+    """The (XBLOCK, num_warps) a reduction kernel is timed with: tiles of up to 8192 elements
+    (rows a program from the largest such down to a quarter of it), warps for 256 to 2048
+    elements of the tile a warp. The range is measured (benchmarks/experiments/reduction_configs.py,
+    H200): cross-entropy's looped rows are fastest at 2048 a warp, RMSNorm's persistent ones and
+    column sums at 256-1024."""
     top = min(next_power_of_2(max(rows, 1)), max(1, 8192 // row))
     found = []
     for xblock in (top, top // 2, top // 4):
         if xblock < 1:
             continue
-        for per_warp in (1024, 512, 256):
-            warps = min(16, max(1, xblock * row // per_warp))
+        for per_warp in (2048, 1024, 512, 256):
+            warps = min(32, max(1, xblock * row // per_warp))
             if (xblock, warps) not in found:
                 found.append((xblock, warps))
     return found
@@ -90,10 +98,11 @@ def reduction_candidates(rows: int, row: int) -> list[tuple[int, int]]:
 class Launch:
     """One kernel of a generated module, launched as cheaply as Triton allows."""
 
-    def __init__(self, kernel, numel: int, device: str, parts: int = 1, row: int = 0):
+    def __init__(self, kernel, numel: int, device: str, parts: int = 1, row: int = 0, extent: int = 0):
         self.kernel, self.numel, self.device = kernel, numel, torch.device(device)
         self.parts = parts  # elements written per offset
         self.row = row  # a reduction kernel's RBLOCK (numel then counts rows), else 0
+        self.extent = extent  # a reduction kernel's row length (its work is numel * extent)
         self.block_name = "XBLOCK" if row else "BLOCK_SIZE"
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
@@ -208,7 +217,7 @@ class Launch:
         return [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]
 
     def choose(self, args) -> tuple[int, int]:
-        elements = self.numel * max(self.parts, self.row)
+        elements = self.numel * max(self.parts, self.row, self.extent)
         if elements < config.get("tune_min_numel"):
             return self.heuristic()
         path = cache.file("tuning", f"{self.name}_{self._key(self.numel)}.json")

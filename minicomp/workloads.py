@@ -67,6 +67,18 @@ def cross_entropy(logits, target):
     return F.cross_entropy(logits.float(), target)
 
 
+def column_sum(g):  # a bias gradient: sum over the rows (split: few outputs, a long reduced dim)
+    return g.sum(0)
+
+
+def head_sum(g):  # a RoPE cos/sin gradient: summed over batch and heads (rows contiguous in memory)
+    return g.sum((0, 1))
+
+
+def mse_loss(a, b):  # one scalar from all of both inputs (split, then combined)
+    return F.mse_loss(a, b)
+
+
 def llama_block(x, norm1, wq, wk, wv, wo, cos, sin, norm2, w_gate, w_up, w_down):
     """A Llama-style decoder block, inference: RMSNorm, q/k/v projections, RoPE, causal
     SDPA, output projection, residual, RMSNorm, SwiGLU MLP, residual. x: [B, S, D], heads of 128."""
@@ -115,6 +127,10 @@ def _rows(n_inputs: int, n_weights: int, width: int = 4096):
     return make
 
 
+def _heads(seq: int, dtype, device):  # a gradient of [8, 32, S, 128]
+    return [torch.randn(8, 32, seq, 128, dtype=dtype, device=device)]
+
+
 def _logits(vocab: int):
     def make(rows: int, dtype, device):
         target = torch.randint(0, vocab, (rows,), device=device)
@@ -159,6 +175,9 @@ WORKLOADS = {
         Workload("softmax", softmax, _rows(1, 0), NORM_ROWS),
         Workload("cross_entropy", cross_entropy, _logits(32000), VOCAB_ROWS),
         Workload("cross_entropy_128k", cross_entropy, _logits(128256), [1024, 4096]),
+        Workload("column_sum", column_sum, _rows(1, 0), NORM_ROWS),
+        Workload("head_sum", head_sum, _heads, [512, 2048]),
+        Workload("mse_loss", mse_loss, _rows(2, 0), NORM_ROWS),
         Workload("llama_block", llama_block, _block(), [512, 2048]),
     ]
 }

@@ -19,7 +19,7 @@ LAYERS = [
     ["config", "logs", "dtypes", "workloads", "templates"],  # knows nothing of the compiler
     ["cache", "indexing", "ir", "guards", "interpreter_math"],  # data structures, disk, guards
     ["layout", "ops", "launch", "runtime", "fallback"],  # lowering rules, loading, launching
-    ["fusion", "fingerprint", "capture"],  # the plan; tracing
+    ["fusion", "split_reductions", "fingerprint", "capture"],  # the plan; tracing
     ["codegen"],  # plan -> source
     ["compiler", "persist"],  # the pipeline; entries on disk
     ["autograd", "dynamo", "function"],  # what a call compiles to

@@ -27,7 +27,9 @@ def implementations(fn):
 def check(impls, inputs, backward: bool, dtype) -> dict[str, str]:
     """Each implementation's result (and gradients) against a reference; a wrong result is never timed.
 
-    float32: elementwise against eager. float16/bfloat16: against eager run on
+    float32: elementwise against eager, rtol 1e-4 and atol 1e-4 times the result's largest
+    magnitude (a sum of 32768 values, ~180 each, differs by summation order alone in the
+    fourth digit after the point: Inductor's column sums failed a fixed atol). float16/bfloat16: against eager run on
     float32 copies of the inputs, by relative error ||out - ref|| / ||ref|| < 1e-2
     (eager itself rounds every op to 16 bits, so elementwise closeness to eager
     fails near cancellations for correct code; see ../shared METHOD notes)."""
@@ -45,7 +47,8 @@ def check(impls, inputs, backward: bool, dtype) -> dict[str, str]:
                     error = ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
                     assert error < 1e-2, f"relative error {error:.2e}"
                 else:
-                    torch.testing.assert_close(a.float(), b.float(), atol=1e-4, rtol=1e-4)
+                    scale = max(1.0, b.float().abs().max().item()) if b.numel() else 1.0
+                    torch.testing.assert_close(a.float(), b.float(), atol=1e-4 * scale, rtol=1e-4)
             verdict[name] = "ok"
         except Exception as err:  # noqa: BLE001 - report, don't crash the run
             verdict[name] = f"WRONG: {type(err).__name__}: {str(err).splitlines()[0][:120]}"

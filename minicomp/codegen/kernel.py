@@ -43,6 +43,7 @@ class KernelSource:
     size_values: list[int] = field(default_factory=list)  # and this signature's values for them
     parts: int = 1  # elements written per offset (codegen/split.py)
     row: int = 0  # a reduction kernel's RBLOCK: elements of a row each program holds (launch.py)
+    extent: int = 0  # a reduction kernel's row length: elements each row reduces
 
 
 class KernelWriter:

@@ -249,6 +249,7 @@ class ReductionWriter(KernelWriter):
             body=self._body(),
             wide_index=needs_wide_index(self.graph, self.xspace.numel * self.extent, args),
             row=self.rblock,
+            extent=self.extent,
         )
 
     def _store(self, name: str, out: str) -> str:

@@ -121,7 +121,7 @@ def mc_fused_add_pow_mean_rsqrt_mul_0(x_ptr, r_ptr, w_ptr, out0_ptr, out1_ptr, n
     tl.store(out0_ptr + (64*x0 + r0), mul_1, mask=xmask & rmask)
 
 
-launch_0 = Launch(mc_fused_add_pow_mean_rsqrt_mul_0, numel=8, device="cpu", row=64)
+launch_0 = Launch(mc_fused_add_pow_mean_rsqrt_mul_0, numel=8, device="cpu", row=64, extent=64)
 
 
 def call(x, r, w):

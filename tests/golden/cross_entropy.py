@@ -150,7 +150,7 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out_ptr, n_rows, 
     tl.store(out_ptr + x0, where_1, mask=xmask)
 
 
-launch_0 = Launch(mc_fused_amax_sub_exp_sum_log_ne_0, numel=4, device="cpu", row=4096)
+launch_0 = Launch(mc_fused_amax_sub_exp_sum_log_ne_0, numel=4, device="cpu", row=4096, extent=9000)
 
 # kernel 1: ne_2, sum_2, _to_copy, sum_3, div
 #   aten ops: ne, sum, _to_copy, div
@@ -175,7 +175,7 @@ def mc_fused_ne_sum_to_copy_div_1(target_ptr, where_1_ptr, out_ptr, n_rows, XBLO
     tl.store(out_ptr + xindex * 0, div, mask=xmask)
 
 
-launch_1 = Launch(mc_fused_ne_sum_to_copy_div_1, numel=1, device="cpu", row=4)
+launch_1 = Launch(mc_fused_ne_sum_to_copy_div_1, numel=1, device="cpu", row=4, extent=4)
 
 
 def call(logits, target):

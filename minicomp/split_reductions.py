@@ -1,0 +1,182 @@
+"""Split reductions: one with few rows and a long reduced extent becomes two.
+
+A bias gradient's sum(0) over [32768, 4096] has 4096 rows of 32768 elements;
+the sum of a whole tensor has one row of all of them. A reduction kernel
+takes a tile of rows a program (fusion.reduction_form, launch.rows_per_program),
+so such a reduction keeps a few SMs busy and leaves the rest idle. Before
+planning, the graph is rewritten, as Inductor does:
+
+    out = sum(x, [0])                              x: [32768, 4096]
+ -> chunks = view(x, [16, 2048, 4096])             its longest reduced dim cut in K = 16
+    partial = sum(chunks, [1], dtype=float32)      [16, 4096]: K partial results a row
+    out = sum(partial, [0])                        [4096]: the partials combined
+
+The first kernel ("split 16 ways" in the plan and its header) has K times the
+row tiles; the second is small and takes the reduction's consumers (a mean's
+divide, a downcast, a norm's normalize) by the plan's usual rules. Partials
+are held in the reduction's accumulation dtype (float32 for 16-bit floats,
+int64 for integer sums), so the result is eager's up to summation order.
+
+When (config): the reduction has fewer than "split_below" row tiles (a tile:
+the rows one program takes, launch.rows_per_program; 256 is about two per SM
+of an H100 or H200, so a norm over 2048 rows is never split), it reads at
+least "split_min_numel" elements, and K = min(extent // "split_chunk",
+"split_programs" / row tiles) is at least 2. The cut dim is the reduced dim
+outermost in memory (largest stride), so each partial reads a contiguous
+block when the reduced dims are (a mean over [2048, 4096] cut along the 4096
+would make every partial a strided column); K is at most its size, and the
+largest divisor of it in [K/2, K], else the dim is padded with the combine's
+identity (0 for a sum, -inf for a max) to a multiple of K.
+
+Split: sum, mean, amax, amin, any, all. Not split: prod (its partials would
+round in the output dtype) and argmax/argmin (a position must travel with each
+partial); they run one tile of rows a program.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minicomp import config, ops
+from minicomp.fusion import ReductionSpace, reduction_form
+from minicomp.ir import Graph, Node, Ref, TensorMeta
+from minicomp.launch import rows_per_program
+from minicomp.ops.reductions import spec
+
+aten = torch.ops.aten
+
+# reduction -> (the op that computes partials and combines them, whether it takes an accumulation dtype)
+SPLITTABLE = {
+    "sum": (aten.sum.dim_IntList, True),
+    "mean": (aten.sum.dim_IntList, True),
+    "amax": (aten.amax.default, False),
+    "amin": (aten.amin.default, False),
+    "any": (aten.any.dims, False),
+    "all": (aten.all.dims, False),
+}
+
+
+def split_reductions(graph: Graph) -> Graph:
+    """`graph` with every reduction that qualifies split in two (the same graph when none does)."""
+    nodes: list[Node] = []
+    split = dict(graph.split)
+    taken = set(graph.order)
+    for name in graph.order:
+        node = graph[name]
+        cut = _cut(node, graph)
+        if cut is None:
+            nodes.append(node)
+            continue
+        made, partial, k = _rewrite(node, graph, *cut, taken)
+        nodes += made
+        split[partial] = (name, k)
+    if len(split) == len(graph.split):
+        return graph
+    return Graph(nodes, graph.outputs, graph.mutations, graph.constants, split)
+
+
+def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
+    """(dim to cut, K, that dim's size after padding) when `node` is split, else None."""
+    if node.is_input or node.op_name not in SPLITTABLE or ops.classify(node, graph)[0] != "reduction":
+        return None
+    r = spec(node, graph)
+    src = graph[r.source].meta
+    space = ReductionSpace(src.shape, r.dims, src.device)
+    if space.rows * space.extent < config.get("split_min_numel"):
+        return None
+    _, rblock, _ = reduction_form(space, src.stride)
+    tiles = -(-space.rows // rows_per_program(space.rows, rblock))
+    if tiles >= config.get("split_below"):
+        return None
+    target = config.get("split_programs")
+    sized = [d for d in r.dims if src.shape[d] > 1] or list(r.dims)
+    dim = max(sized, key=lambda d: (abs(src.stride[d]), src.shape[d], -d))  # outermost in memory
+    k = min(space.extent // config.get("split_chunk"), -(-target // tiles), src.shape[dim])
+    if k < 2:
+        return None
+    size = src.shape[dim]
+    for c in range(k, max(1, k // 2) - 1, -1):
+        if size % c == 0 and c >= 2:
+            return dim, c, size
+    return dim, k, -(-size // k) * k
+
+
+def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[str]):
+    """(the nodes that replace `node`, the partial reduction's name, K). The last node keeps
+    `node`'s name and meta, so its users and the graph's outputs read it unchanged."""
+    r = spec(node, graph)
+    src = graph[r.source].meta
+    out = node.meta
+    op, takes_dtype = SPLITTABLE[node.op_name]
+    acc = r.acc if takes_dtype else out.dtype
+    made: list[Node] = []
+
+    def add(what: str, target, args, shape, dtype, stride=None, kwargs=None) -> str:
+        name = _fresh(f"{node.name}_{what}", taken)
+        meta = TensorMeta(tuple(shape), tuple(stride or _contiguous(shape)), dtype, src.device)
+        made.append(Node(name, target, args, kwargs or {}, meta))
+        return name
+
+    source, shape, stride = r.source, src.shape, src.stride
+    if size != shape[dim]:  # pad the cut dim with the combine's identity
+        shape = shape[:dim] + (size,) + shape[dim + 1 :]
+        pad = [0, 0] * (src.ndim - 1 - dim) + [0, size - src.shape[dim]]
+        source = add(
+            "padded", aten.constant_pad_nd.default, (Ref(source), pad, _identity(node, src.dtype)), shape, src.dtype
+        )
+        stride = _contiguous(shape)
+    chunk = size // k
+    view_shape = shape[:dim] + (k, chunk) + shape[dim + 1 :]
+    view_stride = stride[:dim] + (stride[dim] * chunk, stride[dim]) + stride[dim + 1 :]
+    chunks = add("chunks", aten.view.default, (Ref(source), list(view_shape)), view_shape, src.dtype, view_stride)
+    inner = sorted({dim + 1} | {d + 1 if d > dim else d for d in r.dims if d != dim})
+    partial_shape = [s for d, s in enumerate(view_shape) if d not in inner]
+    dtype_kw = {"dtype": acc} if takes_dtype else {}
+    partial = add("partial", op, (Ref(chunks), inner, False), partial_shape, acc, kwargs=dtype_kw)
+    rows_shape = [s for d, s in enumerate(src.shape) if d not in r.dims]
+    k_at = dim - sum(1 for d in r.dims if d < dim)
+    steps = [("total", op, (Ref(partial), [k_at], False), rows_shape, acc, dtype_kw)]
+    if r.divide != 1:  # mean
+        steps.append(("mean", aten.div.Tensor, (None, r.divide), rows_shape, acc, {}))
+    if acc != out.dtype:
+        steps.append(("cast", aten._to_copy.default, (None,), rows_shape, out.dtype, {"dtype": out.dtype}))
+    if tuple(rows_shape) != out.shape:  # keepdim
+        steps.append(("kept", aten.view.default, (None, list(out.shape)), out.shape, out.dtype, {}))
+    previous = partial
+    for i, (what, target, args, shape_, dtype, kwargs) in enumerate(steps):
+        args = tuple(Ref(previous) if a is None else a for a in args)
+        if i == len(steps) - 1:
+            made.append(Node(node.name, target, args, kwargs, out))
+        else:
+            previous = add(what, target, args, shape_, dtype, kwargs=kwargs)
+    return made, partial, k
+
+
+def _identity(node: Node, dtype: torch.dtype):
+    """The pad value a combine ignores: 0 for a sum or any, 1 for all, -inf / +inf for a max / min."""
+    name = node.op_name
+    if name in ("sum", "mean", "any"):
+        return 0
+    if name == "all":
+        return 1
+    if dtype.is_floating_point:
+        return float("-inf") if name == "amax" else float("inf")
+    info = torch.iinfo(dtype)
+    return info.min if name == "amax" else info.max
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    stride, step = [], 1
+    for s in reversed(tuple(shape)):
+        stride.append(step)
+        step *= max(s, 1)
+    return tuple(reversed(stride))
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}{n}"
+    taken.add(candidate)
+    return candidate
