@@ -36,6 +36,7 @@ Why two nodes did not fuse is recorded as a `Refusal` you can print.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from minicomp import config, ops
@@ -63,14 +64,11 @@ class ReductionSpace:
     @property
     def extent(self) -> int:
         """Elements of one row: the product of the reduced dims."""
-        n = 1
-        for d in self.dims:
-            n *= self.shape[d]
-        return n
+        return math.prod(self.shape[d] for d in self.dims)
 
     @property
     def rows(self) -> int:
-        return max(1, _product(self.shape)) // max(1, self.extent)
+        return math.prod(s for d, s in enumerate(self.shape) if d not in self.dims)
 
     def is_outer(self, stride: tuple[int, ...] | None = None) -> bool:
         """Are the rows contiguous in memory rather than the reduced elements? Read from the
@@ -85,13 +83,6 @@ class ReductionSpace:
 
     def __str__(self) -> str:
         return f"{list(self.shape)} reduced over dims {list(self.dims)}"
-
-
-def _product(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 @dataclass

@@ -39,6 +39,7 @@ import torch
 
 from minicomp import config, ops
 from minicomp.fusion import ReductionSpace, reduction_form
+from minicomp.indexing import contiguous_strides
 from minicomp.ir import Graph, Node, Ref, TensorMeta
 from minicomp.launch import rows_per_program
 from minicomp.ops.reductions import spec
@@ -113,7 +114,7 @@ def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[s
 
     def add(what: str, target, args, shape, dtype, stride=None, kwargs=None) -> str:
         name = _fresh(f"{node.name}_{what}", taken)
-        meta = TensorMeta(tuple(shape), tuple(stride or _contiguous(shape)), dtype, src.device)
+        meta = TensorMeta(tuple(shape), tuple(stride or contiguous_strides(list(shape))), dtype, src.device)
         made.append(Node(name, target, args, kwargs or {}, meta))
         return name
 
@@ -124,7 +125,7 @@ def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[s
         source = add(
             "padded", aten.constant_pad_nd.default, (Ref(source), pad, _identity(node, src.dtype)), shape, src.dtype
         )
-        stride = _contiguous(shape)
+        stride = tuple(contiguous_strides(list(shape)))
     chunk = size // k
     view_shape = shape[:dim] + (k, chunk) + shape[dim + 1 :]
     view_stride = stride[:dim] + (stride[dim] * chunk, stride[dim]) + stride[dim + 1 :]
@@ -163,14 +164,6 @@ def _identity(node: Node, dtype: torch.dtype):
         return float("-inf") if name == "amax" else float("inf")
     info = torch.iinfo(dtype)
     return info.min if name == "amax" else info.max
-
-
-def _contiguous(shape) -> tuple[int, ...]:
-    stride, step = [], 1
-    for s in reversed(tuple(shape)):
-        stride.append(step)
-        step *= max(s, 1)
-    return tuple(reversed(stride))
 
 
 def _fresh(name: str, taken: set[str]) -> str:
