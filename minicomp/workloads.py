@@ -119,10 +119,10 @@ def _rope_inputs(requires_grad: bool):
     return make
 
 
-def _rows(n_inputs: int, n_weights: int, width: int = 4096):
+def _rows(n_inputs: int, n_weights: int, width: int = 4096, grad: bool = False):
     def make(rows: int, dtype, device):
-        xs = [torch.randn(rows, width, dtype=dtype, device=device) for _ in range(n_inputs)]
-        return xs + [torch.randn(width, dtype=dtype, device=device) for _ in range(n_weights)]
+        xs = [torch.randn(rows, width, dtype=dtype, device=device, requires_grad=grad) for _ in range(n_inputs)]
+        return xs + [torch.randn(width, dtype=dtype, device=device, requires_grad=grad) for _ in range(n_weights)]
 
     return make
 
@@ -131,10 +131,10 @@ def _heads(seq: int, dtype, device):  # a gradient of [8, 32, S, 128]
     return [torch.randn(8, 32, seq, 128, dtype=dtype, device=device)]
 
 
-def _logits(vocab: int):
+def _logits(vocab: int, grad: bool = False):
     def make(rows: int, dtype, device):
         target = torch.randint(0, vocab, (rows,), device=device)
-        return [torch.randn(rows, vocab, dtype=dtype, device=device), target]
+        return [torch.randn(rows, vocab, dtype=dtype, device=device, requires_grad=grad), target]
 
     return make
 
@@ -179,5 +179,10 @@ WORKLOADS = {
         Workload("head_sum", head_sum, _heads, [512, 2048]),
         Workload("mse_loss", mse_loss, _rows(2, 0), NORM_ROWS),
         Workload("llama_block", llama_block, _block(), [512, 2048]),
+        # training (forward + backward): the baselines of issue #16
+        Workload("rms_norm_fwbw", rms_norm, _rows(1, 1, grad=True), NORM_ROWS, backward=True),
+        Workload("layer_norm_fwbw", layer_norm, _rows(1, 2, grad=True), NORM_ROWS, backward=True),
+        Workload("softmax_fwbw", softmax, _rows(1, 0, grad=True), NORM_ROWS, backward=True),
+        Workload("cross_entropy_fwbw", cross_entropy, _logits(32000, grad=True), VOCAB_ROWS, backward=True),
     ]
 }
