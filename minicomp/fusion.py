@@ -76,7 +76,8 @@ class ReductionSpace:
         sized = [d for d, s in enumerate(self.shape) if s > 1]
         if not sized or all(d in self.dims for d in sized):
             return False
-        strided = [d for d in sized if stride is not None and len(stride) == len(self.shape) and stride[d] != 0]
+        known = stride is not None and len(stride) == len(self.shape)
+        strided = [d for d in sized if known and stride[d] != 0]
         if not strided:
             return sized[-1] not in self.dims
         return min(strided, key=lambda d: (abs(stride[d]), -d)) not in self.dims
@@ -375,15 +376,11 @@ def reduction_form(space: ReductionSpace, stride: tuple[int, ...] | None = None)
     (its rows, not its reduced dims, are contiguous in memory: a bias gradient's sum(0)) takes
     config "outer_block" elements of a row a step, so that a program's many rows (XBLOCK)
     make each load one contiguous run."""
-    extent = space.extent
-    if space.is_outer(stride):
-        block = config.get("outer_block")
-        if extent <= block:
-            return False, max(1 << (extent - 1).bit_length(), 2), True
-        return True, block, True
-    if extent <= config.get("persistent_rows"):
-        return False, max(1 << (extent - 1).bit_length(), 2), False
-    return True, config.get("loop_block"), False
+    extent, outer = space.extent, space.is_outer(stride)
+    step = config.get("outer_block") if outer else config.get("loop_block")
+    if extent <= (step if outer else config.get("persistent_rows")):
+        return False, max(1 << (extent - 1).bit_length(), 2), outer
+    return True, step, outer
 
 
 def _reduction_reading(graph: Graph, name: str, stage, space, reductions) -> Kernel | None:

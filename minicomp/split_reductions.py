@@ -6,12 +6,12 @@ takes a tile of rows a program (fusion.reduction_form, launch.rows_per_program),
 so such a reduction keeps a few SMs busy and leaves the rest idle. Before
 planning, the graph is rewritten, as Inductor does:
 
-    out = sum(x, [0])                              x: [32768, 4096]
- -> chunks = view(x, [16, 2048, 4096])             its longest reduced dim cut in K = 16
-    partial = sum(chunks, [1], dtype=float32)      [16, 4096]: K partial results a row
-    out = sum(partial, [0])                        [4096]: the partials combined
+    out = sum(x, [0])                              x: [32768, 4096] bfloat16
+ -> chunks = view(x, [64, 512, 4096])              its outermost reduced dim cut in K = 64
+    partial = sum(chunks, [1], dtype=float32)      [64, 4096]: K partial results a row
+    out = sum(partial, [0]).to(bfloat16)           [4096]: the partials combined
 
-The first kernel ("split 16 ways" in the plan and its header) has K times the
+The first kernel ("split 64 ways" in the plan and its header) has K times the
 row tiles; the second is small and takes the reduction's consumers (a mean's
 divide, a downcast, a norm's normalize) by the plan's usual rules. Partials
 are held in the reduction's accumulation dtype (float32 for 16-bit floats,
