@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import torch
 import torch._functorch.config as functorch_config
-from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
+from functorch.compile import aot_function, min_cut_rematerialization_partition
 from torch.utils import _pytree as pytree
 
-from minicomp import capture, guards
+from minicomp import capture, config, guards
 from minicomp.codegen.families import Families
 from minicomp.compiler import Compiled, compile_graph
 
@@ -61,11 +61,14 @@ class TrainingEntry:
 
         def compile_forward(gm, example_inputs):
             self.forward = compile_graph(gm, f"{name}_forward", input_names, families)
-            return make_boxed_func(self.forward.call)
+            return self.forward.boxed
+
+        settings = config.current()  # autograd compiles a GPU backward on its own thread
 
         def compile_backward(gm, example_inputs):
-            self.backward = compile_graph(gm, f"{name}_backward", families=families)
-            return make_boxed_func(self.backward.call)
+            with config.override(**settings):
+                self.backward = compile_graph(gm, f"{name}_backward", families=families)
+            return self.backward.boxed
 
         self.function = aot_function(
             flat_fn,

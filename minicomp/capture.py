@@ -43,6 +43,10 @@ def decompositions() -> dict:
         packet, overload = name.split(".")
         op = getattr(getattr(aten, packet), overload)
         table[op] = decomposition_table[op]
+    # The CPU flash attention's decomposition returns the attention weights where the op returns
+    # its logsumexp, which its backward reads: gradients through SDPA on the CPU came out wrong.
+    # It stays one ATen call (as SDPA on a GPU does).
+    table.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     # ATen's own var decompositions go to prims; these stay in the aten ops minicomp lowers
     table[aten.var.correction] = _var
     table[aten.var_mean.correction] = _var_mean

@@ -32,6 +32,7 @@ class Compiled:
     plan: Plan
     source: str
     call: Callable  # call(*input tensors) -> tuple of outputs
+    boxed: Callable  # boxed([input tensors]) -> tuple of outputs; empties the list (AOTAutograd's convention)
     interpret: bool  # runs through Triton's interpreter (CPU tensors)
     module: types.ModuleType  # the generated module
     kernels: list[KernelCall]  # its kernel launches, in order
@@ -71,7 +72,18 @@ def compile_graph(
     interpret = _runs_on_cpu(graph)
     module = runtime.load(source, name, interpret)
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
-    return Compiled(gm, graph, plan, source, call, interpret, module, rendered.kernels)
+    boxed = _boxed(functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed)
+    return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels)
+
+
+def _boxed(fn: Callable) -> Callable:
+    """`fn` marked as taking AOTAutograd's boxed arguments (a list it may empty)."""
+
+    def run(args):
+        return fn(args)
+
+    run._boxed_call = True
+    return run
 
 
 def _runs_on_cpu(graph: Graph) -> bool:

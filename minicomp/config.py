@@ -100,6 +100,8 @@ DEFAULTS = dict(
     split_min_numel=1 << 20,  # split_reductions.py: ... when it reads at least this many elements ...
     split_programs=4096,  # split_reductions.py: ... into about this many row tiles x partials ...
     split_chunk=128,  # split_reductions.py: ... of at least this many elements each
+    group_programs=256,  # split_reductions.py: a column reduction beside a row kernel: about this many partials ...
+    group_min_rows=16,  # split_reductions.py: ... each summing at least this many rows
 )
 _overrides = threading.local()
 
@@ -113,6 +115,12 @@ def get(name: str):
         if name in layer:
             return layer[name]
     return DEFAULTS[name]
+
+
+def current() -> dict:
+    """Every tunable's value in this thread: what a compile started later in another thread (a
+    backward, which autograd runs on its device thread for a GPU) is given through `override`."""
+    return {name: get(name) for name in DEFAULTS}
 
 
 @contextlib.contextmanager

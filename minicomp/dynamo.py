@@ -2,7 +2,8 @@
 
 Dynamo captures each graph between graph breaks; AOTAutograd (as for
 `minicomp.jit` with inputs that need gradients) lowers it to ATen forward and
-backward graphs with the min-cut partition; minicomp compiles each. The package
+backward graphs with the min-cut partition (saving no views, as for `minicomp.jit`:
+autograd.partition); minicomp compiles each. The package
 registers this function under the `torch_dynamo_backends` entry point
 (pyproject.toml), so the name "minicomp" works once the package is installed;
 without installing, pass the function: `torch.compile(model, backend=minicomp.dynamo.backend)`.
@@ -18,20 +19,22 @@ from __future__ import annotations
 import itertools
 
 import torch
-from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+from functorch.compile import make_boxed_func
 
 from minicomp import capture, config, fallback
+from minicomp.autograd import partition
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
 
 _graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
 
 
-def _compiler(role: str, families: Families):
+def _compiler(role: str, families: Families, settings: dict):
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         name = f"dynamo_graph{next(_graph_ids)}_{role}"
         try:
-            return make_boxed_func(compile_graph(gm, name, families=families).call)
+            with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
+                return compile_graph(gm, name, families=families).boxed
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
             return make_boxed_func(gm.forward)
@@ -43,10 +46,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     """The Dynamo backend: ATen graphs through AOTAutograd, each compiled by minicomp."""
     from torch._dynamo.backends.common import aot_autograd
 
-    families = Families()
+    families, settings = Families(), config.current()
     return aot_autograd(
-        fw_compiler=_compiler("forward", families),
-        bw_compiler=_compiler("backward", families),
-        partition_fn=min_cut_rematerialization_partition,
+        fw_compiler=_compiler("forward", families, settings),
+        bw_compiler=_compiler("backward", families, settings),
+        partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
         decompositions=capture.decompositions(),
     )(gm, example_inputs)

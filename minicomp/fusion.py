@@ -56,10 +56,10 @@ class ReductionSpace:
 
     def fits(self, shape: tuple[int, ...]) -> bool:
         """Can a value of `shape` be evaluated (and stored) at the kernel's index: the whole
-        space, or its rows (reduced dims kept as 1, or dropped)?"""
-        rows = tuple(1 if d in self.dims else s for d, s in enumerate(self.shape))
-        dropped = tuple(s for d, s in enumerate(self.shape) if d not in self.dims)
-        return shape in (self.shape, rows, dropped)
+        space, or its rows (reduced dims kept as 1 or dropped, or any view that adds or drops
+        dims of size 1: a bias gradient's [1, 1, D])?"""
+        rows = tuple(s for d, s in enumerate(self.shape) if d not in self.dims and s != 1)
+        return tuple(shape) == self.shape or tuple(s for s in shape if s != 1) == rows
 
     @property
     def extent(self) -> int:
@@ -100,6 +100,8 @@ class Kernel:
     rblock: int = 0  # a reduction kernel's RBLOCK: the row elements a program holds at once
     outer: bool = False  # a reduction kernel whose rows, not its reduced dims, are contiguous in memory
     split: tuple[str, int] | None = None  # (reduction, K): this kernel computes its K partial results
+    group: int = 0  # rows a program takes in turn, when it computes row-group partials (`grouped`)
+    grouped: list[str] = field(default_factory=list)  # row-group partials: one row of each a program
 
     @property
     def form(self) -> str:
@@ -109,6 +111,8 @@ class Kernel:
             text += ", rows contiguous"
         if self.split:
             text = f"split {self.split[1]} ways for {self.split[0]}, " + text
+        if self.group:
+            text += f"; {self.group} rows a program, partial column results of {', '.join(self.grouped)}"
         return text
 
     @property
@@ -225,9 +229,14 @@ def _views_between_externs(graph: Graph, kinds, reasons) -> None:
     """A chain of views read only by ATen calls stays an ATen view of the value it starts from:
     SDPA takes `v` as the transposed view of its projection, and a matmul the [B*S, D] view of a
     norm's output, where a kernel would write a copy. The chain must start at an ATen result, an
-    input, or a computed value that a kernel writes with the strides eager gives it."""
-    outputs = {o for o in graph.outputs if isinstance(o, str)} | {src for _, src in graph.mutations}
+    input, or a computed value that a kernel writes with the strides eager gives it. A graph
+    output that is such a view of an ATen result (a matmul's [B, S, D] view of its [B*S, D]
+    result) is returned as that view too, as eager returns it; a view of an input is still
+    copied (the caller's input must not come back as an output)."""
+    mutated = {src for _, src in graph.mutations}
+    outputs = {o for o in graph.outputs if isinstance(o, str)}
     chain: set[str] = set()
+    fresh: set[str] = set()  # chain members whose base is an ATen result, not an input
 
     def root(name: str) -> bool:
         if kinds[name] in ("input", "extern") or name in chain:
@@ -241,19 +250,36 @@ def _views_between_externs(graph: Graph, kinds, reasons) -> None:
             kinds[name] == "view"
             and node.op_name in ops.VIEWS
             and node.op_name not in COPIES
-            and name not in outputs
+            and name not in mutated
             and all(root(i) for i in node.inputs())
         ):
+            is_fresh = all(kinds[i] == "extern" or i in fresh for i in node.inputs())
+            if name in outputs and not is_fresh:
+                continue
             chain.add(name)
+            if is_fresh:
+                fresh.add(name)
     for name in reversed(graph.order):
-        if name in chain and graph.users(name) and all(kinds[u] == "extern" for u in graph.users(name)):
-            kinds[name], reasons[name] = "extern", "a view of an ATen result read only by ATen calls"
+        users = graph.users(name)
+        if name in chain and (all(kinds[u] == "extern" for u in users) if users else name in fresh):
+            if users or name in outputs:
+                kinds[name], reasons[name] = "extern", "a view of an ATen result read only by ATen calls"
 
 
 def _space_of(graph: Graph, name: str) -> ReductionSpace:
+    """The space of reduction `name`'s kernel; a row-group partial's is the row kernel's
+    (split_reductions.py): its source's, reduced over the dims after the leading rows."""
+    if name in graph.grouped:
+        source = graph[graph.grouped_source(name)].meta
+        return ReductionSpace(source.shape, tuple(range(graph.grouped[name], source.ndim)), source.device)
     r = spec(graph[name], graph)
     source = graph[r.source].meta
     return ReductionSpace(source.shape, r.dims, source.device)
+
+
+def _rides_in_row_kernel(graph: Graph, name: str) -> bool:
+    """A row-group partial or its chunks view: evaluated at the row kernel's index, whatever its shape."""
+    return name in graph.grouped or any(u in graph.grouped for u in graph.users(name))
 
 
 def _stages(graph: Graph, kinds):
@@ -274,7 +300,11 @@ def _stages(graph: Graph, kinds):
         reading = {space[i]: i for i in inputs if stage[i] == s and i in space}
         mine = _space_of(graph, name) if kind == "reduction" else next(iter(reading), None)
         meta = node.meta
-        fits = mine is None or (isinstance(meta, TensorMeta) and mine.fits(meta.shape) and meta.device == mine.device)
+        fits = mine is None or (
+            isinstance(meta, TensorMeta)
+            and (mine.fits(meta.shape) or _rides_in_row_kernel(graph, name))
+            and meta.device == mine.device
+        )
         if set(reading) <= ({mine} if mine else set()) and fits:
             stage[name] = s
         else:  # a kernel boundary: what it reads of stage s is written by then
@@ -335,7 +365,8 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
         if name in space:
             key = (stage[name], space[name])
             if key not in reductions:
-                looped, rblock, outer = reduction_form(space[name], graph[spec(graph[name], graph).source].meta.stride)
+                source = graph.grouped_source(name) if name in graph.grouped else spec(graph[name], graph).source
+                looped, rblock, outer = reduction_form(space[name], graph[source].meta.stride)
                 reductions[key] = Kernel(
                     0,
                     "reduction",
@@ -347,7 +378,11 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
                     rblock=rblock,
                     outer=outer,
                 )
-            if name in graph.split:
+            if name in graph.grouped:  # its partials are the row groups: one a program
+                rows = math.prod(graph[graph.grouped_source(name)].meta.shape[: graph.grouped[name]])
+                reductions[key].group = rows // graph.split[name][1]
+                reductions[key].grouped.append(name)
+            elif name in graph.split:
                 reductions[key].split = graph.split[name]
             if name in materialized:
                 reductions[key].stores.append(name)

@@ -129,6 +129,8 @@ class Graph:
     does not pass: the generated `call` takes them as keyword arguments).
     split: reductions that compute the K partial results of a split reduction
     (split_reductions.py): node -> (the reduction it was split from, K).
+    grouped: those of them whose partials are the row groups of a row kernel over their
+    source (split_reductions.py): node -> how many leading dims of its source are rows.
     """
 
     def __init__(
@@ -138,10 +140,12 @@ class Graph:
         mutations: list[tuple[str, str]],
         constants: dict[str, torch.Tensor] | None = None,
         split: dict[str, tuple[str, int]] | None = None,
+        grouped: dict[str, int] | None = None,
     ):
         self.nodes = {n.name: n for n in nodes}
         self.constants = constants or {}
         self.split = split or {}
+        self.grouped = grouped or {}
         self.order = [n.name for n in nodes]
         self.outputs = outputs
         self.mutations = mutations
@@ -150,6 +154,11 @@ class Graph:
             self.dag.add_node(n.name)
             for src in n.inputs():
                 self.dag.add_edge(src, n.name)
+
+    def grouped_source(self, name: str) -> str:
+        """The value whose row groups partial `name` (in `grouped`) sums: its chunks view's input."""
+        chunks = self.nodes[self.nodes[name].args[0].name]
+        return chunks.args[0].name
 
     @property
     def inputs(self) -> list[str]:

@@ -31,7 +31,9 @@ Launch configuration, measured on an H200 (benchmarks/experiments/):
     program handles the same number of elements.
   * a reduction kernel (`row` = its RBLOCK) is launched over rows: its block is
     XBLOCK, the rows a program takes; `reduction_heuristic` and
-    `reduction_candidates` below, tuned the same way.
+    `reduction_candidates` below, tuned the same way. A grouped one (`groups`
+    programs, split_reductions.py) takes its group's rows XBLOCK at a time:
+    its grid is fixed, XBLOCK is chosen for the group.
 """
 
 from __future__ import annotations
@@ -98,11 +100,12 @@ def reduction_candidates(rows: int, row: int) -> list[tuple[int, int]]:
 class Launch:
     """One kernel of a generated module, launched as cheaply as Triton allows."""
 
-    def __init__(self, kernel, numel: int, device: str, parts: int = 1, row: int = 0, extent: int = 0):
+    def __init__(self, kernel, numel: int, device: str, parts: int = 1, row: int = 0, extent: int = 0, groups: int = 0):
         self.kernel, self.numel, self.device = kernel, numel, torch.device(device)
         self.parts = parts  # elements written per offset
         self.row = row  # a reduction kernel's RBLOCK (numel then counts rows), else 0
         self.extent = extent  # a reduction kernel's row length (its work is numel * extent)
+        self.groups = groups  # a grouped reduction kernel's programs: each takes its rows XBLOCK at a time
         self.block_name = "XBLOCK" if row else "BLOCK_SIZE"
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
@@ -110,7 +113,12 @@ class Launch:
         self._lock = threading.Lock()
 
     def grid(self, block: int) -> int:
-        return -(-self.numel // block)
+        return self.groups or -(-self.numel // block)
+
+    @property
+    def rows(self) -> int:
+        """The rows a program's XBLOCK is chosen for: all of them, or a grouped kernel's group."""
+        return -(-self.numel // self.groups) if self.groups else self.numel
 
     def __call__(self, *args):
         fast = self._fast
@@ -205,7 +213,7 @@ class Launch:
     # -- configuration --------------------------------------------------------
     def heuristic(self) -> tuple[int, int]:
         if self.row:
-            return reduction_heuristic(self.numel, self.row, self.device)
+            return reduction_heuristic(self.rows, self.row, self.device)
         if self.device.type == "cpu":
             return heuristic(self.numel, self.device)
         block, warps = heuristic(self.numel * self.parts, self.device)
@@ -213,7 +221,7 @@ class Launch:
 
     def candidates(self) -> list[tuple[int, int]]:
         if self.row:
-            return reduction_candidates(self.numel, self.row)
+            return reduction_candidates(self.rows, self.row)
         return [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]
 
     def choose(self, args) -> tuple[int, int]:

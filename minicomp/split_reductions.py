@@ -31,10 +31,32 @@ identity (0 for a sum, -inf for a max) to a multiple of K.
 Split: sum, mean, amax, amin, any, all. Not split: prod (its partials would
 round in the output dtype) and argmax/argmin (a position must travel with each
 partial); they run one tile of rows a program.
+
+Row groups (a norm's backward). A reduction over the leading dims of a value
+that a row kernel also reads (one whose rows are those dims and whose reduced
+dims, the rest, it holds whole: a persistent reduction over the same source
+shape) is split into the row groups of that kernel instead, whatever its tiles:
+
+    dw = sum(dy * x_hat, [0])                      dy, x_hat: [32768, 4096]
+    dx = ... sum(dy * w * x_hat, [1]) ...          the row kernel, one row in registers
+ -> partial = sum(view(dy * x_hat, [256, 128, 4096]), [1], dtype=float32)
+    dw = sum(partial, [0])                         256 partial rows combined
+
+The plan puts the partial in the row kernel (`Graph.grouped`; fusion.py): each
+program takes one group of 128 rows, computes dx for them and adds their
+column sums into a float32 accumulator, written as its partial row at the end
+(Liger's and Inductor's "mix-order" reduction): dy and x are read once for both
+gradients, and the second kernel reads 256 rows, not 32768. The groups: about
+config "group_programs" of them, each of at least "group_min_rows" rows, their
+size a divisor of the row count (no grouping when none lies within 2x of the
+target; the reduction is then split or not by the rule above).
 """
 
 from __future__ import annotations
 
+import math
+
+import networkx as nx
 import torch
 
 from minicomp import config, ops
@@ -60,20 +82,67 @@ SPLITTABLE = {
 def split_reductions(graph: Graph) -> Graph:
     """`graph` with every reduction that qualifies split in two (the same graph when none does)."""
     nodes: list[Node] = []
-    split = dict(graph.split)
+    split, grouped = dict(graph.split), dict(graph.grouped)
     taken = set(graph.order)
+    row_spaces = _row_spaces(graph)
     for name in graph.order:
         node = graph[name]
-        cut = _cut(node, graph)
+        lead, cut = 0, None
+        if (group := _group_cut(node, graph, row_spaces)) is not None:
+            lead, cut = group
+        else:
+            cut = _cut(node, graph)
         if cut is None:
             nodes.append(node)
             continue
-        made, partial, k = _rewrite(node, graph, *cut, taken)
+        made, partial, k = _rewrite(node, graph, *cut, taken, lead)
         nodes += made
         split[partial] = (name, k)
+        if lead:
+            grouped[partial] = lead
     if len(split) == len(graph.split):
         return graph
-    return Graph(nodes, graph.outputs, graph.mutations, graph.constants, split)
+    return Graph(nodes, graph.outputs, graph.mutations, graph.constants, split, grouped)
+
+
+def _row_spaces(graph: Graph) -> dict[ReductionSpace, list[str]]:
+    """The persistent row reductions (rows leading, reduced dims trailing, held whole), by space."""
+    spaces: dict[ReductionSpace, list[str]] = {}
+    for name in graph.order:
+        node = graph[name]
+        if node.is_input or ops.classify(node, graph)[0] != "reduction":
+            continue
+        r = spec(node, graph)
+        src = graph[r.source].meta
+        space = ReductionSpace(src.shape, r.dims, src.device)
+        if r.dims == tuple(range(src.ndim - len(r.dims), src.ndim)) and not reduction_form(space, src.stride)[0]:
+            spaces.setdefault(space, []).append(name)
+    return spaces
+
+
+def _group_cut(node: Node, graph: Graph, row_spaces) -> tuple[int, tuple[int, int, int]] | None:
+    """(leading dims that are rows, (0, groups, rows)) when `node` reduces the leading dims of a
+    value that a persistent row reduction over the other dims also walks (one that does not
+    need `node`'s result: that one could only run after it), else None."""
+    if node.is_input or node.op_name not in SPLITTABLE or ops.classify(node, graph)[0] != "reduction":
+        return None
+    r = spec(node, graph)
+    src = graph[r.source].meta
+    lead = len(r.dims)
+    if not 0 < lead < src.ndim or r.dims != tuple(range(lead)):
+        return None
+    rows_of = row_spaces.get(ReductionSpace(src.shape, tuple(range(lead, src.ndim)), src.device), [])
+    after = nx.descendants(graph.dag, node.name)
+    if all(b in after for b in rows_of):  # no row kernel to ride in: each needs this result first
+        return None
+    if any(src.stride[d] != src.stride[d + 1] * src.shape[d + 1] for d in range(lead - 1)):
+        return None  # the rows are not one run of memory: no view merges them
+    rows = math.prod(src.shape[:lead])
+    target = max(config.get("group_min_rows"), -(-rows // config.get("group_programs")))
+    group = next((g for g in range(min(target, rows), min(2 * target, rows) + 1) if rows % g == 0), None)
+    if group is None:
+        return None
+    return lead, (0, rows // group, rows)
 
 
 def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
@@ -102,9 +171,11 @@ def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
     return dim, k, -(-size // k) * k
 
 
-def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[str]):
+def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[str], lead: int = 0):
     """(the nodes that replace `node`, the partial reduction's name, K). The last node keeps
-    `node`'s name and meta, so its users and the graph's outputs read it unchanged."""
+    `node`'s name and meta, so its users and the graph's outputs read it unchanged. With
+    `lead`, the leading `lead` dims (all reduced, `size` rows in all) are cut as one: the
+    row groups of a row kernel."""
     r = spec(node, graph)
     src = graph[r.source].meta
     out = node.meta
@@ -119,7 +190,7 @@ def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[s
         return name
 
     source, shape, stride = r.source, src.shape, src.stride
-    if size != shape[dim]:  # pad the cut dim with the combine's identity
+    if not lead and size != shape[dim]:  # pad the cut dim with the combine's identity
         shape = shape[:dim] + (size,) + shape[dim + 1 :]
         pad = [0, 0] * (src.ndim - 1 - dim) + [0, size - src.shape[dim]]
         source = add(
@@ -127,10 +198,14 @@ def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[s
         )
         stride = tuple(contiguous_strides(list(shape)))
     chunk = size // k
-    view_shape = shape[:dim] + (k, chunk) + shape[dim + 1 :]
-    view_stride = stride[:dim] + (stride[dim] * chunk, stride[dim]) + stride[dim + 1 :]
+    if lead:  # [rows..., rest...] -> [k, chunk, rest...]
+        view_shape = (k, chunk) + shape[lead:]
+        view_stride = (stride[lead - 1] * chunk, stride[lead - 1]) + stride[lead:]
+    else:
+        view_shape = shape[:dim] + (k, chunk) + shape[dim + 1 :]
+        view_stride = stride[:dim] + (stride[dim] * chunk, stride[dim]) + stride[dim + 1 :]
     chunks = add("chunks", aten.view.default, (Ref(source), list(view_shape)), view_shape, src.dtype, view_stride)
-    inner = sorted({dim + 1} | {d + 1 if d > dim else d for d in r.dims if d != dim})
+    inner = [1] if lead else sorted({dim + 1} | {d + 1 if d > dim else d for d in r.dims if d != dim})
     partial_shape = [s for d, s in enumerate(view_shape) if d not in inner]
     dtype_kw = {"dtype": acc} if takes_dtype else {}
     partial = add("partial", op, (Ref(chunks), inner, False), partial_shape, acc, kwargs=dtype_kw)

@@ -80,13 +80,18 @@ def mse_loss(a, b):  # one scalar from all of both inputs (split, then combined)
 
 
 def llama_block(x, norm1, wq, wk, wv, wo, cos, sin, norm2, w_gate, w_up, w_down):
-    """A Llama-style decoder block, inference: RMSNorm, q/k/v projections, RoPE, causal
-    SDPA, output projection, residual, RMSNorm, SwiGLU MLP, residual. x: [B, S, D], heads of 128."""
+    """A Llama-style decoder block: RMSNorm, q/k/v projections, RoPE, causal SDPA, output
+    projection, residual, RMSNorm, SwiGLU MLP, residual. x: [B, S, D], heads of 128; k and v
+    have wk.shape[1] // 128 heads, each serving a group of q heads (GQA: Hugging Face's
+    repeat_kv, an expand and a reshape)."""
     batch, seq, dim = x.shape
     heads = dim // 128
     h = rms_norm(x, norm1)
-    q, k, v = ((h @ w).view(batch, seq, heads, 128).transpose(1, 2) for w in (wq, wk, wv))
+    q, k, v = ((h @ w).view(batch, seq, w.shape[1] // 128, 128).transpose(1, 2) for w in (wq, wk, wv))
     q, k = rope(q, k, cos, sin)
+    kv_heads = k.shape[1]
+    if kv_heads != heads:
+        k, v = (t[:, :, None].expand(batch, kv_heads, heads // kv_heads, seq, 128).reshape(q.shape) for t in (k, v))
     a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     x = x + a.transpose(1, 2).reshape(batch, seq, dim) @ wo
     h = rms_norm(x, norm2)
@@ -139,16 +144,19 @@ def _logits(vocab: int, grad: bool = False):
     return make
 
 
-def _block(dim: int = 2048, hidden: int = 5632, batch: int = 4):
-    def make(seq: int, dtype, device):
-        def weight(*shape):
-            return torch.randn(*shape, dtype=dtype, device=device) / shape[0] ** 0.5
+def _block(dim: int = 2048, hidden: int = 5632, batch: int = 4, kv_heads: int | None = None, grad: bool = False):
+    kv = (kv_heads or dim // 128) * 128  # the width of the k and v projections
 
-        x = torch.randn(batch, seq, dim, dtype=dtype, device=device)
-        norms = [1 + 0.1 * torch.randn(dim, dtype=dtype, device=device) for _ in range(2)]
+    def make(seq: int, dtype, device):
+        def param(*shape, scale=None, shift=0.0):
+            t = torch.randn(*shape, dtype=dtype, device=device) * (scale or shape[0] ** -0.5) + shift
+            return t.requires_grad_(grad)
+
+        x = param(batch, seq, dim, scale=1.0)
+        norms = [param(dim, scale=0.1, shift=1.0) for _ in range(2)]
         cos, sin = (torch.randn(seq, 128, dtype=dtype, device=device) for _ in range(2))
-        attention = [weight(dim, dim) for _ in range(4)]
-        mlp = [weight(dim, hidden), weight(dim, hidden), weight(hidden, dim)]
+        attention = [param(dim, dim), param(dim, kv), param(dim, kv), param(dim, dim)]
+        mlp = [param(dim, hidden), param(dim, hidden), param(hidden, dim)]
         return [x, norms[0], *attention, cos, sin, norms[1], *mlp]
 
     return make
@@ -184,5 +192,7 @@ WORKLOADS = {
         Workload("layer_norm_fwbw", layer_norm, _rows(1, 2, grad=True), NORM_ROWS, backward=True),
         Workload("softmax_fwbw", softmax, _rows(1, 0, grad=True), NORM_ROWS, backward=True),
         Workload("cross_entropy_fwbw", cross_entropy, _logits(32000, grad=True), VOCAB_ROWS, backward=True),
+        # the issue's training step: bf16, B=4, S=2048, d=2048, 16 q heads sharing 4 k/v heads
+        Workload("llama_block_fwbw", llama_block, _block(kv_heads=4, grad=True), [512, 2048], backward=True),
     ]
 }

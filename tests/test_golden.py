@@ -11,9 +11,13 @@ import torch
 import workloads as w
 
 import minicomp
-from minicomp.workloads import add_rms_norm, cross_entropy
+from minicomp.workloads import add_rms_norm, cross_entropy, rms_norm
 
 GOLDEN = Path(__file__).parent / "golden"
+
+
+def cross_entropy_loss(logits, target):
+    return (cross_entropy(logits, target),)  # a tuple: generated() sums each output
 
 
 def mlp(x, wt, b):
@@ -39,6 +43,16 @@ CASES = {
     # reduction kernels: persistent (rows of 64), looped with the online max-and-sum (rows of 9000)
     "add_rms_norm": (add_rms_norm, lambda: (torch.randn(8, 64), torch.randn(8, 64), torch.randn(64))),
     "cross_entropy": (cross_entropy, lambda: (torch.randn(4, 9000), torch.randint(0, 9000, (4,)))),
+    # training with reductions: the norm's backward in row groups (dx + partial dW, then their sum),
+    # cross-entropy's backward one looped kernel with the target's one-hot inside
+    "rms_norm_training": (
+        rms_norm,
+        lambda: (torch.randn(64, 64, requires_grad=True), torch.randn(64, requires_grad=True)),
+    ),
+    "cross_entropy_training": (
+        cross_entropy_loss,
+        lambda: (torch.randn(4, 9000, requires_grad=True), torch.randint(0, 9000, (4,))),
+    ),
 }
 
 

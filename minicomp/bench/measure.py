@@ -68,6 +68,30 @@ def time_ms(fn, sets, backward: bool) -> float:
     return triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median", grad_to_none=leaves)
 
 
+def peak_bytes(fn, inputs, backward: bool) -> int:
+    """Memory one call (forward + backward for a training workload) allocates at its peak beyond
+    what is allocated before it (the inputs): saved activations, outputs, gradients and temporaries.
+    Measured by torch.cuda.max_memory_allocated; the call is made once before, so that a first
+    call's compiles and tuning buffers are not counted."""
+    inputs = [i.detach().clone().requires_grad_(i.requires_grad) for i in inputs]
+
+    def step():
+        outs = flat_tensors(fn(*inputs))
+        if backward:
+            torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+        del outs
+        for i in inputs:
+            i.grad = None
+
+    step()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 def per_call_us(fn, args, calls: int = 2000) -> float:
     """Host time per call in the launch-bound regime: many calls, one sync at the end."""
     for _ in range(50):

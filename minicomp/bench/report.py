@@ -42,15 +42,16 @@ def markdown(rows: list[dict], extra: dict) -> str:
     if "copy_bandwidth_gbps" in extra:
         lines += [f"measured copy bandwidth: {extra['copy_bandwidth_gbps']:.0f} GB/s (read + write)", ""]
     lines += [
-        "| workload | dtype | size | impl | check | ms | GB/s | x floor | x Inductor |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | dtype | size | impl | check | ms | GB/s | x floor | x Inductor | peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ms = f"{r['ms']:.4f}" if "ms" in r else "-"
         gbps = f"{r['gbps']:.0f}" if "gbps" in r else "-"
         xf = f"{r['x_floor']:.3f}" if "x_floor" in r else "-"
         xi = f"{r['x_inductor']:.3f}" if "x_inductor" in r else "-"
-        cells = [r["workload"], r["dtype"], r["size"], r["impl"], r["check"], ms, gbps, xf, xi]
+        peak = f"{r['peak_mib']:.1f}" if "peak_mib" in r else "-"
+        cells = [r["workload"], r["dtype"], r["size"], r["impl"], r["check"], ms, gbps, xf, xi, peak]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     mine = [r for r in rows if r["impl"] == "minicomp" and "ms" in r]
     if mine:

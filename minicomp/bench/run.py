@@ -30,22 +30,29 @@ def check(impls, inputs, backward: bool, dtype) -> dict[str, str]:
     float32: elementwise against eager, rtol 1e-4 and atol 1e-4 times the result's largest
     magnitude (a sum of 32768 values, ~180 each, differs by summation order alone in the
     fourth digit after the point: Inductor's column sums failed a fixed atol). float16/bfloat16: against eager run on
-    float32 copies of the inputs, by relative error ||out - ref|| / ||ref|| < 1e-2
-    (eager itself rounds every op to 16 bits, so elementwise closeness to eager
-    fails near cancellations for correct code; see ../shared METHOD notes)."""
+    float32 copies of the inputs, by relative error ||out - ref|| / ||ref||, below 1e-2 or twice
+    eager's own error in that dtype, whichever is larger (eager itself rounds every op to 16 bits,
+    so elementwise closeness to eager fails near cancellations for correct code, and a decoder
+    block's bf16 weight gradients, sums over 8192 rows, are 1.4e-2 off in eager itself; see
+    ../shared METHOD notes)."""
     low = dtype in (torch.bfloat16, torch.float16)
     reference_inputs = [
         i.detach().float().requires_grad_(i.requires_grad) if low and i.is_floating_point() else i for i in inputs
     ]
     expected, expected_grads = _run(impls["eager"], reference_inputs, backward)
+    expected = expected + expected_grads
+    bounds = [1e-2] * len(expected)
+    if low:  # eager's own error in this dtype
+        got, grads = _run(impls["eager"], inputs, backward)
+        bounds = [max(1e-2, 2 * _relative_error(a, b)) for a, b in zip(got + grads, expected)]
     verdict = {}
     for name, fn in impls.items():
         try:
             got, grads = _run(fn, inputs, backward)
-            for a, b in zip(got + grads, expected + expected_grads):
+            for a, b, bound in zip(got + grads, expected, bounds):
                 if low:
-                    error = ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
-                    assert error < 1e-2, f"relative error {error:.2e}"
+                    error = _relative_error(a, b)
+                    assert error < bound, f"relative error {error:.2e} (bound {bound:.2e})"
                 else:
                     scale = max(1.0, b.float().abs().max().item()) if b.numel() else 1.0
                     torch.testing.assert_close(a.float(), b.float(), atol=1e-4 * scale, rtol=1e-4)
@@ -53,6 +60,10 @@ def check(impls, inputs, backward: bool, dtype) -> dict[str, str]:
         except Exception as err:  # noqa: BLE001 - report, don't crash the run
             verdict[name] = f"WRONG: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
     return verdict
+
+
+def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
 def _run(fn, inputs, backward):
@@ -107,6 +118,7 @@ def main(argv=None) -> int:
             row = dict(workload=wname, dtype=dname, size=size, impl=name, check=verdict[name], bytes=moved)
             if cuda and verdict[name] == "ok":
                 ms = measure.time_ms(fn, sets, work.backward)
+                row["peak_mib"] = measure.peak_bytes(fn, sets[0], work.backward) / 2**20
                 row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, floor_ms=moved / bandwidth * 1e3)
                 row["x_floor"] = ms / row["floor_ms"]
             rows.append(row)

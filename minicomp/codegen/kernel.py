@@ -44,6 +44,7 @@ class KernelSource:
     parts: int = 1  # elements written per offset (codegen/split.py)
     row: int = 0  # a reduction kernel's RBLOCK: elements of a row each program holds (launch.py)
     extent: int = 0  # a reduction kernel's row length: elements each row reduces
+    groups: int = 0  # a grouped reduction kernel's programs, one a row group (fusion.Kernel.group)
 
 
 class KernelWriter:

@@ -67,9 +67,11 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
     kernels: list[str] = []
     calls: list[KernelCall] = []
     wrapper: list[str] = []
+    uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
     for step in plan.steps:
         if isinstance(step, Extern):
             wrapper.append(_extern_line(graph[step.node]))
+            uses.append({step.node, *graph[step.node].inputs()})
             continue
         for name in step.stores:
             meta = graph[name].meta
@@ -77,6 +79,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
                 f"{name} = torch.empty_strided({meta.shape}, {plan.strides[name]}, "
                 f"dtype={meta.dtype}, device={str(meta.device)!r})"
             )
+            uses.append({name})
         if graph[step.stores[0]].meta.numel == 0:
             continue
         source = families.generalize(WRITERS[step.kind](plan, step))
@@ -97,7 +100,10 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
             )
         )
         wrapper.append(f"{launcher}({', '.join(source.args + [str(v) for v in calls[-1].scalars])})  # {source.name}")
+        uses.append(set(source.args))
     wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
+    uses += [{dst, src} for dst, src in plan.graph.mutations]
+    wrapper = _freed(wrapper, uses, graph)
     outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
     wrapper.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
     text = ENV.get_template("module.py.j2").render(
@@ -116,9 +122,36 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         kernels=kernels,
         reductions=any(call.kind == "reduction" for call in calls),
         args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),
+        inputs_names=graph.inputs,
+        box=next(
+            n
+            for n in ("args", "boxed_args", *(f"args_{k}" for k in range(len(graph.order) + 1)))
+            if n not in graph.nodes
+        ),
+        constants=list(graph.constants),
         wrapper=wrapper,
     )
     return ModuleSource(text, calls)
+
+
+def _freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:
+    """`lines` with a `del` after the last line that touches each intermediate buffer, as
+    Inductor's wrapper does: a local lives until `call` returns, so without it the peak memory
+    of a call is the sum of all its intermediates (a decoder block's backward held twice
+    Inductor's peak). Inputs go too (`call_boxed` empties its argument list: a backward's saved
+    activations are freed as it goes); outputs are left alone."""
+    kept = {o for o in graph.outputs if isinstance(o, str)}
+    last = {}
+    for i, names in enumerate(uses):
+        for name in names:
+            last[name] = i
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        dead = sorted(n for n, at in last.items() if at == i and n not in kept)
+        if dead:
+            out.append(f"del {', '.join(dead)}")
+    return out
 
 
 def safe_name(text: str) -> str:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minicomp import dtypes, ops
-from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
+from minicomp.codegen.kernel import INT32_LIMIT, KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.fusion import Kernel, Plan
 from minicomp.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
 from minicomp.ir import Ref
@@ -68,7 +68,7 @@ class Phase:
 
 
 class ReductionWriter(KernelWriter):
-    reserved = ("xindex", "xmask", "rindex", "rmask", "roffset", "pid", "RBLOCK")
+    reserved = ("xindex", "xmask", "xstart", "xoffset", "rindex", "rmask", "roffset", "pid", "RBLOCK")
     tile = "[XBLOCK, RBLOCK]"
 
     def __init__(self, plan: Plan, kernel: Kernel):
@@ -86,6 +86,9 @@ class ReductionWriter(KernelWriter):
         self.online: dict[str, str] = {}  # sum node -> the max node it is accumulated with
         self.full_memo: dict[tuple, ops.Value] = {}  # full values; a looped kernel's are per pass
         self.full = False  # whether the value being evaluated is a full tile
+        self.prologue: list[str] = []  # a grouped kernel's lines before its loop over its rows ...
+        self.epilogue: list[str] = []  # ... and after it (`Kernel.group`)
+        self.hoisting = False  # a load that goes to the prologue is being written
 
     # -- the index -----------------------------------------------------------
     def _full_index(self):
@@ -101,7 +104,9 @@ class ReductionWriter(KernelWriter):
             return self.full_index
         if len(shape) == len(full):  # rows, reduced dims kept as 1
             return tuple(const(0) if d in self.kernel.reduced else e for d, e in enumerate(self.full_index))
-        return tuple(e for d, e in enumerate(self.full_index) if d not in self.kernel.reduced)
+        # the rows with dims of size 1 added or dropped: the sized dims are the rows', in order
+        rows = iter(e for d, e in enumerate(self.full_index) if d not in self.kernel.reduced and full[d] != 1)
+        return tuple(const(0) if s == 1 else next(rows) for s in shape)
 
     def is_full(self, index) -> bool:
         return any(_has_r(e, len(self.rows)) for e in index)
@@ -140,10 +145,20 @@ class ReductionWriter(KernelWriter):
                 self.full = outer
         return memo[key]
 
+    def load(self, name: str, index, mask) -> ops.Value:
+        """A grouped kernel reads what does not depend on the row (a norm's weight) once, before
+        its loop over its rows."""
+        hoist = self.kernel.group and not mask and not any(_has_x(e, len(self.rows)) for e in index)
+        self.hoisting, outer = bool(hoist), self.hoisting
+        try:
+            return super().load(name, index, mask)
+        finally:
+            self.hoisting = outer
+
     def temp(self, code, dtype, hint, comment="", plain_load=False) -> ops.Value:
         """A line in the loop body (a full value) or before the loop (a row value)."""
         full = self.full
-        lines = self.phase.body if full else self.phase.before
+        lines = self.prologue if self.hoisting else self.phase.body if full else self.phase.before
         key = (code, dtype, full)
         if key not in self.emitted:
             name = self.fresh(hint)
@@ -218,8 +233,11 @@ class ReductionWriter(KernelWriter):
         for name, k in level.items():
             self.phases[k - 1].reductions.append(name)
         outs = out_pointers(self.kernel.stores)
+        self.outs = outs
         row_stores = []
         for name in self.kernel.stores:
+            if name in self.kernel.grouped:  # stored by _reduce_grouped, after the kernel's rows
+                continue
             if self.is_full(self.index_of(self.graph[name].meta.shape)):
                 self.phases[min(self.needs.get(name, 0), count)].stores.append(name)
             else:
@@ -250,6 +268,7 @@ class ReductionWriter(KernelWriter):
             wide_index=needs_wide_index(self.graph, self.xspace.numel * self.extent, args),
             row=self.rblock,
             extent=self.extent,
+            groups=-(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0,
         )
 
     def _store(self, name: str, out: str) -> str:
@@ -269,6 +288,9 @@ class ReductionWriter(KernelWriter):
     def _reduce(self, name: str) -> None:
         """The lines that compute reduction `name` in this phase (a looped kernel's max also computes
         the sum accumulated online with it, its partner)."""
+        if name in self.kernel.grouped:
+            self._reduce_grouped(name)
+            return
         partner = next((s for s, m in self.online.items() if m == name), None)
         r = spec(self.graph[name], self.graph)
         operand = self.value(r.source, self.full_index)
@@ -316,6 +338,27 @@ class ReductionWriter(KernelWriter):
         )
         self.results[partner] = ops.Value(summed, torch.float32)
 
+    def _reduce_grouped(self, name: str) -> None:
+        """A row-group partial (split_reductions.py): its operand, the value its chunks view cuts,
+        is evaluated at this kernel's index; each program adds it up over its rows into an
+        accumulator [XBLOCK, RBLOCK], reduces that over the rows after its last one, and writes
+        the result as its row `pid` of the partials."""
+        r = spec(self.graph[name], self.graph)
+        v = self._operand(r, self.value(self.graph.grouped_source(name), self.full_index))
+        init, combine = identity(r.combine, r.acc), helper(r.combine, r.acc)
+        acc, result = self.fresh(f"{name}_acc"), self.fresh(name)
+        self.prologue.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {dtypes.triton_dtype(r.acc)})")
+        self.phase.after.append(f"{acc} = tl.where(xmask & rmask, {combine}({acc}, {v}), {acc})")
+        offset = Expr()
+        for d, stride in zip(self.kernel.reduced, self.plan.strides[name][1:]):
+            offset = offset + self.full_index[d] * stride
+        programs, step = self.graph[name].meta.shape[0], self.plan.strides[name][0]
+        row = f"pid.to(tl.int64) * {step}" if programs * step > INT32_LIMIT else f"pid * {step}"
+        self.epilogue += [
+            f"{result} = {self._finish(r, f'tl.reduce({acc}, 0, {combine})[None, :]')}  # {r.combine} of its rows",
+            f"tl.store({self.outs[name]} + {row} + {paren(self.address(offset))}, {result}, mask=rmask)",
+        ]
+
     def _operand(self, r, operand: ops.Value) -> str:
         if r.acc == torch.int8:  # any / all: reduce x != 0
             return f"({ops.cast(operand, torch.bool)}).to(tl.int8)"
@@ -362,7 +405,20 @@ class ReductionWriter(KernelWriter):
             for v in sorted(self.vars, key=lambda v: v.dim)
             if v.dim >= len(self.rows)
         ]
-        lines = [f"RBLOCK: tl.constexpr = {self.rblock}"] + xdefs
+        lines = [f"RBLOCK: tl.constexpr = {self.rblock}"]
+        if self.kernel.group:  # persistent, its rows taken XBLOCK at a time
+            mask = f"rindex < {self.extent}" if self.extent < self.rblock else "tl.full([1, RBLOCK], True, tl.int1)"
+            lines += ["rindex = tl.arange(0, RBLOCK)[None, :]", f"rmask = {mask}"] + rdefs + self.prologue
+            group = self.kernel.group
+            rows = [
+                "xindex = xstart + xoffset + tl.arange(0, XBLOCK)[:, None]",
+                f"xmask = (xoffset + tl.arange(0, XBLOCK)[:, None] < {group}) & (xindex < n_rows)",
+            ] + xdefs
+            for phase in self.phases:
+                rows += phase.before + phase.body + phase.after
+            lines.append(f"for xoffset in range(0, {group}, XBLOCK):  # this program's {group} rows")
+            return lines + ["    " + line for line in rows] + self.epilogue
+        lines += xdefs
         if not self.looped:
             # a row that fills RBLOCK exactly needs no mask: a constant one the compiler folds away
             mask = f"rindex < {self.extent}" if self.extent < self.rblock else "tl.full([1, RBLOCK], True, tl.int1)"

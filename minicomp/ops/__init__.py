@@ -7,7 +7,8 @@ Three kinds of rule, registered by ATen op name (the overload packet, "add"):
 * VIEWS      op -> the index of its one input, given the index of its output:
              a view moves no data, it rewrites the index before the load.
 * INDEXED    op -> a value built from inputs at several indexes under masks
-             (cat, slice_scatter, constant_pad_nd: Inductor's pointwise_cat; gather).
+             (cat, slice_scatter, constant_pad_nd: Inductor's pointwise_cat; gather;
+             a one-hot scatter).
 
 Reductions (sum, mean, amax, ... in reductions.py) are their own kind: the
 plan gives them a reduction kernel, which inlines their producers and fuses
@@ -26,8 +27,7 @@ import torch
 from minicomp import dtypes
 from minicomp.ir import Graph, Node, TensorMeta
 from minicomp.ops import pointwise, reductions, views  # noqa: F401  (registers the rules)
-from minicomp.ops.core import INDEXED, POINTWISE, VIEWS, Op, Value, bind, cast
-from minicomp.ops.pointwise import SPECIAL_SUPPORT
+from minicomp.ops.core import INDEXED, POINTWISE, SPECIAL_SUPPORT, VIEWS, Op, Value, bind, cast
 from minicomp.ops.reductions import REDUCERS, Reduction
 
 __all__ = ["INDEXED", "POINTWISE", "REDUCERS", "VIEWS", "Op", "Reduction", "Value", "bind", "cast", "classify"]

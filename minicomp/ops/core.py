@@ -165,6 +165,7 @@ Rule = Callable[[Op], str]
 POINTWISE: dict[str, Rule] = {}
 VIEWS: dict[str, Callable[[Op, tuple], tuple[str, tuple]]] = {}
 INDEXED: dict[str, Rule] = {}
+SPECIAL_SUPPORT: dict[str, Callable[[Node, Graph], bool]] = {}  # ops that fuse only for some arguments
 
 
 def _registrar(table: dict):

@@ -7,7 +7,7 @@ import torch
 from minicomp import dtypes
 from minicomp.dtypes import literal
 from minicomp.ir import Graph, Node
-from minicomp.ops.core import POINTWISE, Op, Rule, bind, cast, pointwise
+from minicomp.ops.core import POINTWISE, SPECIAL_SUPPORT, Op, Rule, bind, cast, pointwise
 
 NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
 
@@ -316,4 +316,4 @@ def round_(op: Op) -> str:
     return f"libdevice.nearbyint({x} / {10.0**-decimals}) * {10.0**-decimals}"
 
 
-SPECIAL_SUPPORT = {"pow": _pow_supported}  # ops that fuse only for some arguments
+SPECIAL_SUPPORT["pow"] = _pow_supported

@@ -1,7 +1,7 @@
 """View and indexed lowering rules: data movement as index arithmetic.
 
 A view rule maps the index of its output to the index of its input (no copy).
-An indexed rule (cat, slice_scatter, constant_pad_nd) builds its value from
+An indexed rule (cat, slice_scatter, constant_pad_nd, a one-hot scatter) builds its value from
 inputs at shifted indexes, each load masked to the part it serves; gather
 reads its input at an index it computes (a `Dyn` atom of the index).
 """
@@ -14,8 +14,8 @@ import torch
 
 from minicomp.dtypes import literal
 from minicomp.indexing import Dyn, Expr, const, contiguous_strides, size
-from minicomp.ir import TensorMeta
-from minicomp.ops.core import Condition, Op, all_of, broadcast_index, cast, indexed, view
+from minicomp.ir import Ref, TensorMeta
+from minicomp.ops.core import SPECIAL_SUPPORT, Condition, Op, all_of, bind, broadcast_index, cast, indexed, view
 
 # -- views: the input's index, given the output's ---------------------------------
 
@@ -236,3 +236,47 @@ def gather(op: Op) -> str:
     index[d] = Expr.of(Dyn(position, meta.shape[d], op.writer.is_full(op.index)))
     inside = op.temp(f"({position} >= 0) & ({position} < {meta.shape[d]})", torch.bool)
     return cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)
+
+
+@indexed("scatter")
+def scatter(op: Op) -> str:
+    """`self` with `src` (or the scalar `value`) written, along `dim`, at the position the index
+    tensor holds: out[..., j, ...] = src[..., 0, ...] where j == index[..., 0, ...], else
+    self[..., j, ...]. Lowered for an index one long along `dim` (a one-hot: nll_loss's backward
+    scatters -1 at each row's target into zeros), as a compare of the position with the index;
+    positions the index tensor does not cover keep `self`. An index outside [0, size) writes
+    nothing where eager raises."""
+    meta = op.node.meta
+    d = _dim(op.param("dim"), meta.ndim)
+    index_meta = op.graph[op.args["index"].name].meta
+    covered = all_of(
+        op.compare(op.index[k], "<", n) for k, n in enumerate(index_meta.shape) if k != d and n < meta.shape[k]
+    )
+    if covered is False:
+        return op.operand("self")
+    inside = () if covered is True else (op.temp(covered, torch.bool),)
+    at = op.index[:d] + (const(0),) + op.index[d + 1 :]  # where index (and src) are read
+    where = op.writer.value(op.args["index"].name, at, op.mask + inside)
+    hit = " & ".join([f"({op.writer.index_text(op.index[d])} == {where.code})", *inside])
+    src = op.args.get("src")
+    value = (
+        cast(op.writer.value(src.name, at, op.mask + inside), op.compute)
+        if isinstance(src, Ref)
+        else literal(op.param("value"), op.compute)
+    )
+    return f"tl.where({op.temp(hit, torch.bool)}, {value}, {op.operand('self')})"
+
+
+def _scatter_supported(node, graph) -> bool:
+    """One-hot scatters only: no reduce, the index one long along `dim` and as many dims as self."""
+    if node.target._overloadname not in ("value", "src"):
+        return False
+    args = bind(node)
+    meta, index = node.meta, graph[args["index"].name].meta
+    d = _dim(args["dim"], meta.ndim)
+    if meta.ndim == 0 or index.ndim != meta.ndim or index.shape[d] != 1:
+        return False
+    return all(n <= s for n, s in zip(index.shape, meta.shape))
+
+
+SPECIAL_SUPPORT["scatter"] = _scatter_supported

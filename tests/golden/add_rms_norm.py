@@ -125,7 +125,15 @@ launch_0 = Launch(mc_fused_add_pow_mean_rsqrt_mul_0, numel=8, device="cpu", row=
 
 
 def call(x, r, w):
+    return call_boxed([x, r, w])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    x, r, w = args
+    args.clear()
     mul_1 = torch.empty_strided((8, 64), (64, 1), dtype=torch.float32, device='cpu')
     add = torch.empty_strided((8, 64), (64, 1), dtype=torch.float32, device='cpu')
     launch_0(x, r, w, mul_1, add, 8)  # mc_fused_add_pow_mean_rsqrt_mul_0
+    del r, w, x
     return (add, mul_1)

@@ -59,6 +59,14 @@ launch_0 = Launch(mc_fused_add_mul_pow_tanh_0, numel=512, device="cpu")
 
 
 def call(x, b):
+    return call_boxed([x, b])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    x, b = args
+    args.clear()
     mul_3 = torch.empty_strided((8, 64), (64, 1), dtype=torch.float32, device='cpu')
     launch_0(x, b, mul_3, 512)  # mc_fused_add_mul_pow_tanh_0
+    del b, x
     return (mul_3,)

@@ -179,8 +179,17 @@ launch_1 = Launch(mc_fused_ne_sum_to_copy_div_1, numel=1, device="cpu", row=4, e
 
 
 def call(logits, target):
+    return call_boxed([logits, target])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    logits, target = args
+    args.clear()
     where_1 = torch.empty_strided((4,), (1,), dtype=torch.float32, device='cpu')
     launch_0(logits, target, where_1, 4)  # mc_fused_amax_sub_exp_sum_log_ne_0
+    del logits
     div = torch.empty_strided((), (), dtype=torch.float32, device='cpu')
     launch_1(target, where_1, div, 1)  # mc_fused_ne_sum_to_copy_div_1
+    del target, where_1
     return (div,)

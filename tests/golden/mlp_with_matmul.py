@@ -76,9 +76,19 @@ launch_1 = Launch(mc_fused_add_sigmoid_1, numel=256, device="cpu")
 
 
 def call(x, wt, b):
+    return call_boxed([x, wt, b])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    x, wt, b = args
+    args.clear()
     relu = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device='cpu')
     launch_0(x, relu, 128)  # mc_fused_mul_add_relu_0
+    del x
     mm = torch.ops.aten.mm.default(relu, wt)
+    del relu, wt
     sigmoid = torch.empty_strided((8, 32), (32, 1), dtype=torch.float32, device='cpu')
     launch_1(mm, b, sigmoid, 256)  # mc_fused_add_sigmoid_1
+    del b, mm
     return (sigmoid,)

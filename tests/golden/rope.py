@@ -86,7 +86,15 @@ launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, numel=4096, device="cpu", pa
 
 
 def call(q, k, cos, sin):
+    return call_boxed([q, k, cos, sin])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    q, k, cos, sin = args
+    args.clear()
     add = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     add_1 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     launch_0(q, cos, sin, k, add, add_1, 4096)  # mc_fused_mul_slice_neg_cat_add_0
+    del cos, k, q, sin
     return (add, add_1)

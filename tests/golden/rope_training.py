@@ -86,9 +86,17 @@ launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, numel=4096, device="cpu", pa
 
 
 def call(q, k, cos, sin):
+    return call_boxed([q, k, cos, sin])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    q, k, cos, sin = args
+    args.clear()
     add = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     add_1 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     launch_0(q, cos, sin, k, add, add_1, 4096)  # mc_fused_mul_slice_neg_cat_add_0
+    del k, q
     return (add, add_1, cos, sin)
 
 
@@ -192,7 +200,15 @@ launch_0 = Launch(mc_fused_mul_slice_full_slice_scatter_neg_add_0, numel=4096, d
 
 
 def call(primals_3, primals_4, tangents_1, tangents_2):
+    return call_boxed([primals_3, primals_4, tangents_1, tangents_2])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    primals_3, primals_4, tangents_1, tangents_2 = args
+    args.clear()
     add_3 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     add_5 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
     launch_0(tangents_2, primals_4, primals_3, tangents_1, add_3, add_5, 4096)  # mc_fused_mul_slice_full_slice_scatter_neg_add_0
+    del primals_3, primals_4, tangents_1, tangents_2
     return (add_5, add_3, None, None)
