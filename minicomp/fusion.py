@@ -390,7 +390,9 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
     for name in graph.order:
         node = graph[name]
         if name in materialized and is_fusible(kinds[name]) and name not in space:
-            home = _reduction_reading(graph, name, stage, space, reductions)
+            home = _reduction_reading(graph, name, stage, space, reductions) or _grouped_host(
+                node, stage[name], reductions
+            )
             if home is not None:
                 home.stores.append(name)
                 continue
@@ -434,6 +436,16 @@ def _reduction_reading(graph: Graph, name: str, stage, space, reductions) -> Ker
                 return reductions[(stage[user], sp)]
             continue
         stack += graph.users(user)
+    return None
+
+
+def _grouped_host(node, stage: int, reductions) -> Kernel | None:
+    """A grouped reduction kernel of `stage` over `node`'s shape: it writes `node` too, in the
+    pass over its rows that adds up its partials (a gradient and the column sums of its bias)."""
+    meta = node.meta
+    for (s, sp), kernel in reductions.items():
+        if kernel.group and s == stage and sp.shape == meta.shape and sp.device == meta.device:
+            return kernel
     return None
 
 

@@ -35,7 +35,9 @@ partial); they run one tile of rows a program.
 Row groups (a norm's backward). A reduction over the leading dims of a value
 that a row kernel also reads (one whose rows are those dims and whose reduced
 dims, the rest, it holds whole: a persistent reduction over the same source
-shape) is split into the row groups of that kernel instead, whatever its tiles:
+shape), or shaped like a value the graph returns (a bias gradient beside the
+input gradient it sums), is split into the row groups of that kernel instead,
+whatever its tiles:
 
     dw = sum(dy * x_hat, [0])                      dy, x_hat: [32768, 4096]
     dx = ... sum(dy * w * x_hat, [1]) ...          the row kernel, one row in registers
@@ -84,11 +86,11 @@ def split_reductions(graph: Graph) -> Graph:
     nodes: list[Node] = []
     split, grouped = dict(graph.split), dict(graph.grouped)
     taken = set(graph.order)
-    row_spaces = _row_spaces(graph)
+    hosts = _hosts(graph)
     for name in graph.order:
         node = graph[name]
         lead, cut = 0, None
-        if (group := _group_cut(node, graph, row_spaces)) is not None:
+        if (group := _group_cut(node, graph, hosts)) is not None:
             lead, cut = group
         else:
             cut = _cut(node, graph)
@@ -105,25 +107,35 @@ def split_reductions(graph: Graph) -> Graph:
     return Graph(nodes, graph.outputs, graph.mutations, graph.constants, split, grouped)
 
 
-def _row_spaces(graph: Graph) -> dict[ReductionSpace, list[str]]:
-    """The persistent row reductions (rows leading, reduced dims trailing, held whole), by space."""
-    spaces: dict[ReductionSpace, list[str]] = {}
+def _hosts(graph: Graph) -> tuple[dict[ReductionSpace, list[str]], dict[tuple, list[str]]]:
+    """What a row-group partial can ride in: the persistent row reductions (rows leading, reduced
+    dims trailing, held whole), by space; and the computed values the graph returns (a gradient
+    written beside the column sums of its bias, `fusion._grouped_host`), by (shape, device)."""
+    rows: dict[ReductionSpace, list[str]] = {}
+    returned: dict[tuple, list[str]] = {}
+    outputs = {o for o in graph.outputs if isinstance(o, str)}
     for name in graph.order:
         node = graph[name]
-        if node.is_input or ops.classify(node, graph)[0] != "reduction":
+        if node.is_input:
+            continue
+        kind = ops.classify(node, graph)[0]
+        if name in outputs and kind in ("pointwise", "view"):
+            returned.setdefault((node.meta.shape, node.meta.device), []).append(name)
+        if kind != "reduction":
             continue
         r = spec(node, graph)
         src = graph[r.source].meta
         space = ReductionSpace(src.shape, r.dims, src.device)
         if r.dims == tuple(range(src.ndim - len(r.dims), src.ndim)) and not reduction_form(space, src.stride)[0]:
-            spaces.setdefault(space, []).append(name)
-    return spaces
+            rows.setdefault(space, []).append(name)
+    return rows, returned
 
 
-def _group_cut(node: Node, graph: Graph, row_spaces) -> tuple[int, tuple[int, int, int]] | None:
+def _group_cut(node: Node, graph: Graph, hosts_by) -> tuple[int, tuple[int, int, int]] | None:
     """(leading dims that are rows, (0, groups, rows)) when `node` reduces the leading dims of a
-    value that a persistent row reduction over the other dims also walks (one that does not
-    need `node`'s result: that one could only run after it), else None."""
+    value that a host (`_hosts`) also walks: a persistent row reduction over the other dims, or
+    a returned value of its shape; one that does not need `node`'s result (that one could only
+    run after it). Else None."""
     if node.is_input or node.op_name not in SPLITTABLE or ops.classify(node, graph)[0] != "reduction":
         return None
     r = spec(node, graph)
@@ -131,9 +143,13 @@ def _group_cut(node: Node, graph: Graph, row_spaces) -> tuple[int, tuple[int, in
     lead = len(r.dims)
     if not 0 < lead < src.ndim or r.dims != tuple(range(lead)):
         return None
-    rows_of = row_spaces.get(ReductionSpace(src.shape, tuple(range(lead, src.ndim)), src.device), [])
+    rows, returned = hosts_by
+    space = ReductionSpace(src.shape, tuple(range(lead, src.ndim)), src.device)
+    hosts = rows.get(space, [])
+    if not reduction_form(space, src.stride)[0]:  # a value of the same shape the call returns can host it too
+        hosts = hosts + returned.get((src.shape, src.device), [])
     after = nx.descendants(graph.dag, node.name)
-    if all(b in after for b in rows_of):  # no row kernel to ride in: each needs this result first
+    if all(b in after for b in hosts):  # no row kernel to ride in: each needs this result first
         return None
     if any(src.stride[d] != src.stride[d + 1] * src.shape[d + 1] for d in range(lead - 1)):
         return None  # the rows are not one run of memory: no view merges them

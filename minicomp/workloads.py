@@ -107,10 +107,10 @@ class Workload:
     backward: bool = False  # time forward + backward
 
 
-def _matrix(n_inputs: int, with_bias: bool):
+def _matrix(n_inputs: int, with_bias: bool, grad: bool = False):
     def make(rows: int, dtype, device):
-        xs = [torch.randn(rows, 8192, dtype=dtype, device=device) for _ in range(n_inputs)]
-        return xs + ([torch.randn(8192, dtype=dtype, device=device)] if with_bias else [])
+        xs = [torch.randn(rows, 8192, dtype=dtype, device=device, requires_grad=grad) for _ in range(n_inputs)]
+        return xs + ([torch.randn(8192, dtype=dtype, device=device, requires_grad=grad)] if with_bias else [])
 
     return make
 
@@ -192,6 +192,8 @@ WORKLOADS = {
         Workload("layer_norm_fwbw", layer_norm, _rows(1, 2, grad=True), NORM_ROWS, backward=True),
         Workload("softmax_fwbw", softmax, _rows(1, 0, grad=True), NORM_ROWS, backward=True),
         Workload("cross_entropy_fwbw", cross_entropy, _logits(32000, grad=True), VOCAB_ROWS, backward=True),
+        # a bias's gradient, the column sum of the pointwise gradient that feeds it
+        Workload("bias_gelu_fwbw", gelu_tanh, _matrix(1, True, grad=True), ROWS, backward=True),
         # the training step: bf16, B=4, S=2048, d=2048, 16 q heads sharing 4 k/v heads
         Workload("llama_block_fwbw", llama_block, _block(kv_heads=4, grad=True), [512, 2048], backward=True),
     ]
