@@ -16,18 +16,23 @@ once: that is the one run of the user's call (function.py), never an extra one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-import torch._functorch.config as functorch_config
-from functorch.compile import aot_function, min_cut_rematerialization_partition
 from torch.utils import _pytree as pytree
 
 from minicomp import capture, config, guards
-from minicomp.codegen.families import Families
-from minicomp.compiler import Compiled, compile_graph
+
+if TYPE_CHECKING:
+    from minicomp.codegen.families import Families
+    from minicomp.compiler import Compiled
 
 
 def partition(joint, inputs, **kwargs):
     """The min-cut partition, saving no views (they are recomputed from what is saved)."""
+    import torch._functorch.config as functorch_config
+    from functorch.compile import min_cut_rematerialization_partition
+
     with functorch_config.patch(recompute_views=True):
         return min_cut_rematerialization_partition(joint, inputs, **kwargs)
 
@@ -59,6 +64,8 @@ class TrainingEntry:
             self.outputs = capture.Outputs(spec, kinds)
             return computed
 
+        from minicomp.compiler import compile_graph
+
         def compile_forward(gm, example_inputs):
             self.forward = compile_graph(gm, f"{name}_forward", input_names, families)
             return self.forward.boxed
@@ -69,6 +76,8 @@ class TrainingEntry:
             with config.override(**settings):
                 self.backward = compile_graph(gm, f"{name}_backward", families=families)
             return self.backward.boxed
+
+        from functorch.compile import aot_function  # AOTAutograd loads all of torch._dynamo: ~1.7 s
 
         self.function = aot_function(
             flat_fn,

@@ -15,9 +15,6 @@ import functools
 
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions
-from torch.func import functionalize
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
@@ -38,6 +35,8 @@ def decompositions() -> dict:
     from torch._decomp import decomposition_table
 
     aten = torch.ops.aten
+    from torch._decomp import core_aten_decompositions
+
     table = dict(core_aten_decompositions())
     for name in FUSED_FROM_PARTS:
         packet, overload = name.split(".")
@@ -210,6 +209,9 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
             kinds.append(_output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed))
         outputs = Outputs(spec, kinds)
         return computed
+
+    from torch.func import functionalize  # tracing's imports load on the first compile, not at import
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     tensors = [leaves[i] for i in tensor_slots]
     with torch.no_grad():

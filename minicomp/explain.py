@@ -19,15 +19,17 @@ import argparse
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import torch
 from torch.utils import _pytree as pytree
 
 from minicomp.autograd import TrainingEntry
-from minicomp.compiler import Compiled
 from minicomp.function import JitFunction
-from minicomp.fusion import Kernel
+
+if TYPE_CHECKING:  # the compiler loads with the first compile, not with `import minicomp`
+    from minicomp.compiler import Compiled
+    from minicomp.fusion import Kernel
 
 PALETTE = ["#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f6bd60", "#84a59d", "#b5838d"]
 
@@ -115,6 +117,8 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
     White: graph inputs; gray: extern ATen calls; a color per kernel (legend at
     the bottom). A node drawn with a thick border is written to memory.
     """
+    import networkx as nx
+
     graph, plan = compiled.graph, compiled.plan
     kernel_of: dict[str, Kernel] = {}
     for kernel in plan.kernels:

@@ -13,6 +13,7 @@ import inspect
 import operator
 import threading
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 import torch.autograd.profiler as _profiler
@@ -20,8 +21,10 @@ from torch.utils import _pytree as pytree
 
 from minicomp import capture, config, fallback, fingerprint, guards, logs, persist
 from minicomp.autograd import TrainingEntry
-from minicomp.codegen.families import Families
-from minicomp.compiler import Compiled, compile_graph
+
+if TYPE_CHECKING:
+    from minicomp.codegen.families import Families
+    from minicomp.compiler import Compiled
 
 
 def _needs_grad(leaves) -> bool:
@@ -135,10 +138,21 @@ class JitFunction:
         self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
         self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
-        self.families = Families()  # this function's kernel families (codegen/families.py)
+        self._families: Families | None = None  # made on the first compile (codegen/families.py)
         self._lock = threading.RLock()
 
     # -- the call path --------------------------------------------------------
+
+    @property
+    def families(self) -> Families:
+        """This function's kernel families; code generation loads on the first compile, so a
+        process served from the persistent cache never imports it."""
+        if self._families is None:
+            from minicomp.codegen.families import Families
+
+            self._families = Families()
+        return self._families
+
     def _flatten(self, args, kwargs):
         """(leaves, in_spec): the arguments as a flat list, defaults bound.
 
@@ -309,6 +323,8 @@ class JitFunction:
 
 
 def _trace_and_compile(fn, leaves, in_spec, names, name, families) -> tuple[capture.Traced, Compiled]:
+    from minicomp.compiler import compile_graph  # fusion and codegen load on the first miss
+
     traced = capture.trace(fn, leaves, in_spec, names)
     return traced, compile_graph(traced.gm, name, traced.input_names, families)
 

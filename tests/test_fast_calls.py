@@ -62,6 +62,29 @@ def test_second_process_reuses_the_module_without_tracing(tmp_path):
     assert ok == "True" and traces == "0"  # found through the persistent index: no trace, no codegen
 
 
+# A fresh process's first call, with what it imported: a cache hit must not load the compiler.
+WARM = textwrap.dedent("""
+    import sys, torch
+    x, b = torch.randn(8, 16), torch.randn(16)
+    import minicomp
+    f = minicomp.jit(lambda x, b: torch.relu(x + 0.5 * x * b + b), fallback="raise")
+    assert torch.allclose(f(x, b), torch.relu(x + 0.5 * x * b + b))
+    heavy = ("torch._dynamo", "functorch", "minicomp.compiler", "minicomp.fusion", "minicomp.codegen.module")
+    print(" ".join(m for m in heavy if m in sys.modules) or "none")
+""")
+
+
+def test_warm_call_in_a_fresh_process_imports_no_compiler(tmp_path):
+    """Issue #17: `import minicomp` imported functorch.compile, hence all of torch._dynamo (about
+    1.7 s of a 2 s import), although a cache hit needs none of it. The first process compiles
+    (and loads what it needs); the second is served from the cache without it."""
+    env = dict(os.environ, MINICOMP_CACHE_DIR=str(tmp_path))
+    run = [subprocess.run([sys.executable, "-c", WARM], env=env, capture_output=True, text=True) for _ in range(2)]
+    assert all(r.returncode == 0 for r in run), run[-1].stderr
+    assert "minicomp.compiler" in run[0].stdout  # the cold one compiled
+    assert run[1].stdout.strip() == "none", run[1].stdout
+
+
 def test_two_processes_compiling_at_once_agree(tmp_path):
     results = run_probe(tmp_path, count=2)
     assert all(ok == "True" for ok, _, _ in results)

@@ -14,6 +14,7 @@ import torch
 from minicomp.bench import measure, report
 from minicomp.workloads import WORKLOADS, bias_relu
 
+PROBE = Path(__file__).with_name("compile_probe.py")  # run as a script: nothing of minicomp loads first
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CPU_SIZES = {"rope_fw": 8, "rope_fwbw": 8}  # tiny shapes: the interpreter only checks results
 
@@ -163,7 +164,8 @@ def overhead() -> dict[str, float]:
 
 
 def compile_times() -> dict[str, float]:
-    """First call in a fresh process with empty caches (cold), then again with them filled (warm)."""
+    """First call in a fresh process with empty caches (cold), then again with them filled (warm),
+    counting `import minicomp` (and Inductor's import of torch._dynamo) in both clocks."""
     times = {}
     for impl in ("minicomp", "inductor"):
         with tempfile.TemporaryDirectory() as cache:
@@ -180,7 +182,7 @@ def compile_times() -> dict[str, float]:
                 ("warm, third sequence length", ["new-seq"]),
             ):
                 out = subprocess.run(
-                    [sys.executable, "-m", "minicomp.bench.compile_probe", impl, "cuda", *extra],
+                    [sys.executable, str(PROBE), impl, "cuda", *extra],  # by path: `-m` would import minicomp
                     env=env,
                     capture_output=True,
                     text=True,

@@ -1,5 +1,16 @@
-"""Code generation: a fusion plan -> one Python module of Triton kernels and a wrapper."""
+"""Code generation: a fusion plan -> one Python module of Triton kernels and a wrapper.
 
-from minicomp.codegen.module import render_module
+`render_module` (module.py) loads on first use: a process served from the persistent
+cache never generates code, and importing the writers, the lowering table and the
+templates costs it time at start-up.
+"""
 
 __all__ = ["render_module"]
+
+
+def __getattr__(name: str):
+    if name == "render_module":
+        from minicomp.codegen.module import render_module
+
+        return render_module
+    raise AttributeError(f"module 'minicomp.codegen' has no attribute {name!r}")
