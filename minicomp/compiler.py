@@ -9,9 +9,10 @@ Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
 from __future__ import annotations
 
 import functools
+import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.fx
@@ -36,6 +37,19 @@ class Compiled:
     interpret: bool  # runs through Triton's interpreter (CPU tensors)
     module: types.ModuleType  # the generated module
     kernels: list[KernelCall]  # its kernel launches, in order
+    times: dict[str, float] = field(default_factory=dict)  # seconds of each compile stage (`breakdown`)
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds this graph's compile spent: its stages (capture when function.py traced it,
+        ir, plan, codegen, load) and, once the kernels have run, their Triton compiles (or loads
+        of a binary an earlier process compiled) and launch-config tuning."""
+        launches = [self.launch(k) for k in self.kernels]
+        return self.times | {
+            "triton compile": sum(la.times.get("compile", 0.0) for la in launches),
+            "tuning": sum(la.times.get("tune", 0.0) for la in launches),
+            "kernels compiled": sum(1 for la in launches if la.jit_compiled is True),
+            "kernels loaded": sum(1 for la in launches if la.jit_compiled is False),
+        }
 
     def launch(self, kernel: KernelCall) -> Launch:
         """The `Launch` (launch.py) of one of `kernels`: `.kernel` is the @triton.jit function."""
@@ -61,19 +75,37 @@ def compile_graph(
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text."""
+    clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
+    clock.lap("ir")
     plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
+    clock.lap("plan")
     rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text
     source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
+    clock.lap("codegen")
     interpret = _runs_on_cpu(graph)
     module = runtime.load(source, name, interpret)
+    clock.lap("load")
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
     boxed = _boxed(functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed)
-    return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels)
+    return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+
+
+class _Clock:
+    """Seconds between laps, by name."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.times[name] = now - self.last
+        self.last = now
 
 
 def _boxed(fn: Callable) -> Callable:

@@ -69,6 +69,7 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
                 str(compiled.plan) + ("" if compiled.plan.refusals else "\nnot fused: nothing (no edge was refused)"),
             ),
             (f"generated module{tag}", compiled.source),
+            (f"compile time{tag}", compile_time(compiled)),
         ]
     if torch.cuda.is_available() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
         report.sections.append(("kernel times (GPU)", kernel_times(jitted, args, kwargs)))
@@ -88,6 +89,15 @@ def _run_backward_once(jitted: JitFunction, args, kwargs) -> None:
         if isinstance(o, torch.Tensor) and o.requires_grad
     ]
     torch.autograd.backward(outputs, [torch.ones_like(o) for o in outputs])
+
+
+def compile_time(compiled: Compiled) -> str:
+    """The compile's stages in seconds, and its kernels' Triton compiles and tuning once they ran
+    (a GPU's first call; the CPU interprets, nothing compiles)."""
+    lines = []
+    for stage, value in compiled.breakdown().items():
+        lines.append(f"{stage:16} {value:d}" if stage.startswith("kernels") else f"{stage:16} {value:.4f} s")
+    return "\n".join(lines)
 
 
 def kernel_times(jitted: JitFunction, args, kwargs, repeats: int = 20) -> str:

@@ -12,6 +12,7 @@ import functools
 import inspect
 import operator
 import threading
+import time
 import warnings
 from typing import TYPE_CHECKING
 
@@ -325,8 +326,12 @@ class JitFunction:
 def _trace_and_compile(fn, leaves, in_spec, names, name, families) -> tuple[capture.Traced, Compiled]:
     from minicomp.compiler import compile_graph  # fusion and codegen load on the first miss
 
+    start = time.perf_counter()
     traced = capture.trace(fn, leaves, in_spec, names)
-    return traced, compile_graph(traced.gm, name, traced.input_names, families)
+    traced_s = time.perf_counter() - start
+    compiled = compile_graph(traced.gm, name, traced.input_names, families)
+    compiled.times = {"capture": traced_s} | compiled.times
+    return traced, compiled
 
 
 def _mutated_slots(traced: capture.Traced, compiled: Compiled) -> list[int]:

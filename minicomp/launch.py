@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 import types
 
 import torch
@@ -110,6 +111,8 @@ class Launch:
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
         self._fast = None  # the bound launcher, once the kernel is compiled
+        self.times: dict[str, float] = {}  # the first call's tuning and compile (or load) seconds
+        self.jit_compiled: bool | None = None  # the first call compiled through Triton's JIT (else loaded)
         self._lock = threading.Lock()
 
     def grid(self, block: int) -> int:
@@ -138,14 +141,18 @@ class Launch:
 
     def _first_call(self, args):
         with self._lock, torch.cuda.device(self.device):
+            start = time.perf_counter()
             if self.config is None:
                 self.config = self.choose(args)
+            tuned = time.perf_counter()
             aligned = _aligned_positions(args)
             compiled = self._restore(args, aligned)
             ran = compiled is None
             if ran:  # Triton's JIT compiles (or loads its disk cache) and runs this call
                 compiled = self._jit_launch(args)
                 self._remember(compiled, args, aligned)
+            self.times = {"tune": tuned - start, "compile": time.perf_counter() - tuned}
+            self.jit_compiled = ran
             fast = _bind(
                 compiled, self.grid(self.config[0]), self.config[0], self.device.index or 0, aligned, self._jit_launch
             )

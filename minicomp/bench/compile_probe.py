@@ -2,12 +2,14 @@
 
     python minicomp/bench/compile_probe.py {minicomp|inductor} {cuda|cpu} [new-rows|new-seq]
 
-Prints one number: seconds for the first call (trace + compile + run), with
+Prints one number on its last line: seconds for the first call (trace + compile + run), with
 whatever caches the environment points at (empty for "cold", filled for "warm").
 The clock starts after `import torch` and the inputs, before `import minicomp`
 (or Inductor's first `torch.compile` call, which imports torch._dynamo): both
 pay their imports inside it, as a user's script does. The workload functions
 are read from workloads.py by path, so nothing of minicomp loads before the clock.
+For minicomp the line before is its compile's breakdown (Compiled.breakdown) as JSON: empty
+when the call was served from the cache.
 With `new-rows`: seconds for the first call of bias + ReLU at a new row count
 (2048 x 1024), after one call at 1024 x 1024 in the same process (a new batch size).
 With `new-seq`: seconds for the first call of RoPE (q, k of [2, 8, S, 64]) at a
@@ -16,6 +18,7 @@ Inductor's automatic dynamic shapes, has seen the size change).
 """
 
 import importlib.util
+import json
 import sys
 import time
 from pathlib import Path
@@ -67,7 +70,11 @@ def main() -> None:
     fn(*args)
     if device == "cuda":
         torch.cuda.synchronize()
-    print(f"{time.perf_counter() - start:.6f}")
+    seconds = time.perf_counter() - start
+    if impl == "minicomp":  # where a compile in this process went (nothing when served from the cache)
+        done = getattr(list(fn.cache.values())[-1], "compiled", None)  # the entry of this call
+        print(json.dumps(done.breakdown() if done is not None else {}))
+    print(f"{seconds:.6f}")
 
 
 if __name__ == "__main__":

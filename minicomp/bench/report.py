@@ -72,8 +72,11 @@ def markdown(rows: list[dict], extra: dict) -> str:
         lines += ["", "### Per-call overhead (64 x 64 bias + ReLU, us per call)", ""]
         lines += [f"- {k}: {v:.1f}" for k, v in extra["per_call_us"].items()]
     if "compile_s" in extra:
-        lines += ["", "### First call in a fresh process (s)", ""]
+        lines += ["", "### First call in a fresh process (s; imports inside the clock for both)", ""]
         lines += [f"- {k}: {v:.4f}" for k, v in extra["compile_s"].items()]
+    for phase, parts in extra.get("compile_breakdown", {}).items():
+        shown = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in parts.items())
+        lines.append(f"- {phase}, where the compile went (s): {shown}")
     return "\n".join(lines)
 
 

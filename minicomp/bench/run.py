@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
         extra["copy_bandwidth_gbps"] = bandwidth / 1e9
         extra["per_call_us"] = overhead()
         if not args.skip_compile_time:
-            extra["compile_s"] = compile_times()
+            extra["compile_s"], extra["compile_breakdown"] = compile_times()
     report.write(out, rows, extra)
     print(report.markdown(rows, extra))
     return 0 if all(r["check"] == "ok" for r in rows) else 1
@@ -163,10 +164,10 @@ def overhead() -> dict[str, float]:
     return result
 
 
-def compile_times() -> dict[str, float]:
+def compile_times() -> tuple[dict[str, float], dict[str, dict]]:
     """First call in a fresh process with empty caches (cold), then again with them filled (warm),
     counting `import minicomp` (and Inductor's import of torch._dynamo) in both clocks."""
-    times = {}
+    times, breakdowns = {}, {}
     for impl in ("minicomp", "inductor"):
         with tempfile.TemporaryDirectory() as cache:
             env = dict(
@@ -188,5 +189,8 @@ def compile_times() -> dict[str, float]:
                     text=True,
                     check=True,
                 )
-                times[f"{impl} {phase}"] = float(out.stdout.strip().splitlines()[-1])
-    return times
+                lines = out.stdout.strip().splitlines()
+                times[f"{impl} {phase}"] = float(lines[-1])
+                if len(lines) > 1 and lines[-2].startswith("{") and json.loads(lines[-2]):
+                    breakdowns[f"{impl} {phase}"] = json.loads(lines[-2])
+    return times, breakdowns
