@@ -2,7 +2,7 @@
 
 A bias gradient's sum(0) over [32768, 4096] has 4096 rows of 32768 elements;
 the sum of a whole tensor has one row of all of them. A reduction kernel
-takes a tile of rows a program (fusion.reduction_form, launch.rows_per_program),
+takes a tile of rows a program (reduction_space.reduction_form, launch.rows_per_program),
 so such a reduction keeps a few SMs busy and leaves the rest idle. Before
 planning, the graph is rewritten, as Inductor does:
 
@@ -62,11 +62,11 @@ import networkx as nx
 import torch
 
 from minicomp import config, ops
-from minicomp.fusion import ReductionSpace, reduction_form
 from minicomp.indexing import contiguous_strides
 from minicomp.ir import Graph, Node, Ref, TensorMeta
 from minicomp.launch import rows_per_program
 from minicomp.ops.reductions import spec
+from minicomp.reduction_space import ReductionSpace, reduction_form
 
 aten = torch.ops.aten
 

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "minicomp"
 LAYERS = [
     ["config", "logs", "dtypes", "workloads", "templates"],  # knows nothing of the compiler
     ["cache", "indexing", "ir", "guards", "interpreter_math"],  # data structures, disk, guards
-    ["layout", "ops", "launch", "runtime", "fallback"],  # lowering rules, loading, launching
+    ["layout", "ops", "launch", "runtime", "fallback", "reduction_space"],  # lowering rules, loading, launching
     ["fusion", "split_reductions", "fingerprint", "capture"],  # the plan; tracing
     ["codegen"],  # plan -> source
     ["compiler", "persist"],  # the pipeline; entries on disk

@@ -1,4 +1,4 @@
-"""Split reductions (split_reductions.py) and outer reductions (rows contiguous, fusion.reduction_form).
+"""Split reductions (split_reductions.py) and outer reductions (rows contiguous, reduction_space.reduction_form).
 
 The thresholds are lowered (config.override) so that small tensors split the way
 a [32768, 4096] bias gradient does on a GPU; every result is compared with eager.

@@ -13,7 +13,7 @@ computed from it, a load of a per-row target) is a *row* tile [XBLOCK, 1],
 which broadcasts back over the row. The lowering rules are the pointwise
 kernel's; only the tile differs.
 
-Two forms, chosen by the plan from the reduced extent R (`fusion.reduction_form`):
+Two forms, chosen by the plan from the reduced extent R (`reduction_space.reduction_form`):
 
 * persistent: RBLOCK >= R, the whole row in registers. Everything is written
   straight down, so a norm reads `x` once and keeps it for the normalize.
