@@ -91,7 +91,8 @@ def compile_graph(
     module = runtime.load(source, name, interpret)
     clock.lap("load")
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
-    boxed = _boxed(functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed)
+    boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
+    boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
     return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
 
 
@@ -106,16 +107,6 @@ class _Clock:
         now = time.perf_counter()
         self.times[name] = now - self.last
         self.last = now
-
-
-def _boxed(fn: Callable) -> Callable:
-    """`fn` marked as taking AOTAutograd's boxed arguments (a list it may empty)."""
-
-    def run(args):
-        return fn(args)
-
-    run._boxed_call = True
-    return run
 
 
 def _runs_on_cpu(graph: Graph) -> bool:

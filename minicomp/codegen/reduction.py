@@ -406,26 +406,23 @@ class ReductionWriter(KernelWriter):
             if v.dim >= len(self.rows)
         ]
         lines = [f"RBLOCK: tl.constexpr = {self.rblock}"]
-        if self.kernel.group:  # persistent, its rows taken XBLOCK at a time
+        straight = [line for phase in self.phases for line in phase.before + phase.body + phase.after]
+        if not self.looped:
+            # a row that fills RBLOCK exactly needs no mask: a constant one the compiler folds away
             mask = f"rindex < {self.extent}" if self.extent < self.rblock else "tl.full([1, RBLOCK], True, tl.int1)"
-            lines += ["rindex = tl.arange(0, RBLOCK)[None, :]", f"rmask = {mask}"] + rdefs + self.prologue
+            whole_row = ["rindex = tl.arange(0, RBLOCK)[None, :]", f"rmask = {mask}"] + rdefs
+        if self.kernel.group:  # persistent, this program's rows taken XBLOCK at a time
             group = self.kernel.group
             rows = [
                 "xindex = xstart + xoffset + tl.arange(0, XBLOCK)[:, None]",
                 f"xmask = (xoffset + tl.arange(0, XBLOCK)[:, None] < {group}) & (xindex < n_rows)",
-            ] + xdefs
-            for phase in self.phases:
-                rows += phase.before + phase.body + phase.after
+            ]
+            lines += whole_row + self.prologue
             lines.append(f"for xoffset in range(0, {group}, XBLOCK):  # this program's {group} rows")
-            return lines + ["    " + line for line in rows] + self.epilogue
+            return lines + ["    " + line for line in rows + xdefs + straight] + self.epilogue
         lines += xdefs
         if not self.looped:
-            # a row that fills RBLOCK exactly needs no mask: a constant one the compiler folds away
-            mask = f"rindex < {self.extent}" if self.extent < self.rblock else "tl.full([1, RBLOCK], True, tl.int1)"
-            lines += ["rindex = tl.arange(0, RBLOCK)[None, :]", f"rmask = {mask}"] + rdefs
-            for phase in self.phases:
-                lines += phase.before + phase.body + phase.after
-            return lines
+            return lines + whole_row + straight
         for k, phase in enumerate(self.phases):
             lines += phase.before
             if phase.body:
