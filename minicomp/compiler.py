@@ -41,14 +41,18 @@ class Compiled:
 
     def breakdown(self) -> dict[str, float]:
         """Seconds this graph's compile spent: its stages (capture when function.py traced it,
-        ir, plan, codegen, load) and, once the kernels have run, their Triton compiles (or loads
-        of a binary an earlier process compiled) and launch-config tuning."""
+        ir, plan, codegen, load, starting the compiles ahead) and, once the kernels have run, the
+        first calls' waits for their Triton compiles (or loads of a binary an earlier process
+        compiled; the compiles run in threads, side by side) and launch-config tuning; and the
+        counts: kernels whose binary came through Triton's JIT or from a record, and the binaries
+        Triton compiled (tuning candidates included)."""
         launches = [self.launch(k) for k in self.kernels]
         return self.times | {
             "triton compile": sum(la.times.get("compile", 0.0) for la in launches),
             "tuning": sum(la.times.get("tune", 0.0) for la in launches),
             "kernels compiled": sum(1 for la in launches if la.jit_compiled is True),
             "kernels loaded": sum(1 for la in launches if la.jit_compiled is False),
+            "triton compiles": sum(la.compiles for la in launches),
         }
 
     def launch(self, kernel: KernelCall) -> Launch:
@@ -90,10 +94,21 @@ def compile_graph(
     interpret = _runs_on_cpu(graph)
     module = runtime.load(source, name, interpret)
     clock.lap("load")
+    if not interpret:
+        _compile_ahead(module, rendered.kernels, graph)
+        clock.lap("compile ahead")  # starting it: the compiles run in threads until the first call needs them
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
     boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
     boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
     return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+
+
+def _compile_ahead(module: types.ModuleType, kernels: list[KernelCall], graph: Graph) -> None:
+    """Start every kernel's Triton compile now, in threads (launch.py `prepare`), each for the
+    argument types its launch will get: the buffers' dtypes and the literal integers."""
+    for kernel in kernels:
+        signature = [graph[b].meta.dtype for b in kernel.buffers] + list(kernel.scalars)
+        getattr(module, kernel.launcher).prepare(signature)
 
 
 class _Clock:

@@ -7,6 +7,8 @@
     MINICOMP_CACHE_LIMIT        signatures kept per function (a whole number >= 1; default 64)
     MINICOMP_RECOMPILE_WARNING  warn once a function has compiled this many signatures (>= 1; default 8)
     MINICOMP_LOGS               log channels (logs.py)
+    MINICOMP_COMPILE_THREADS    threads that compile kernels ahead of their first call (launch.py;
+                                a whole number >= 1; default: the CPU count, at most 32)
 
 A value that does not parse raises `ConfigError` with a one-line message when
 the setting is first needed (at `jit`, not at `import minicomp`).
@@ -77,6 +79,10 @@ def fallback(explicit: str | None = None) -> str:
 
 def cache_limit() -> int:
     return _whole_number("MINICOMP_CACHE_LIMIT", 64)
+
+
+def compile_threads() -> int:
+    return _whole_number("MINICOMP_COMPILE_THREADS", min(32, os.cpu_count() or 1))
 
 
 def recompile_warning() -> int:

@@ -11,17 +11,19 @@ without installing, pass the function: `torch.compile(model, backend=minicomp.dy
 A graph minicomp cannot compile (a dynamic shape, an op it cannot trace) runs as
 Dynamo captured it, under the fallback policy (fallback.py: a warning by default,
 MINICOMP_FALLBACK=raise makes it an error). The forward and backward of one
-Dynamo graph share kernel families (codegen/families.py).
+Dynamo graph share kernel families (codegen/families.py), and are compiled together
+(`_backward_with_forward`), so that the Triton compiles of both run side by side.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import torch
 from functorch.compile import make_boxed_func
 
-from minicomp import capture, config, fallback
+from minicomp import capture, config, fallback, launch
 from minicomp.autograd import partition
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
@@ -47,9 +49,26 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     from torch._dynamo.backends.common import aot_autograd
 
     families, settings = Families(), config.current()
-    return aot_autograd(
+    for t in example_inputs:  # Triton's one-time costs start while AOTAutograd traces
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            launch.start_triton(t.device)
+            break
+    compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings),
         bw_compiler=_compiler("backward", families, settings),
         partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
         decompositions=capture.decompositions(),
-    )(gm, example_inputs)
+    )
+    with _backward_with_forward():
+        return compile_both(gm, example_inputs)
+
+
+def _backward_with_forward():
+    """AOTAutograd compiles the backward when the forward is compiled, not at the first backward:
+    its kernels then compile (in threads, launch.py `prepare`) while the forward runs, instead of
+    after it. (A torch without the setting compiles it at the first backward, as before.)"""
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, "force_non_lazy_backward_lowering"):
+        return contextlib.nullcontext()
+    return functorch_config.patch(force_non_lazy_backward_lowering=True)

@@ -96,7 +96,7 @@ def compile_time(compiled: Compiled) -> str:
     (a GPU's first call; the CPU interprets, nothing compiles)."""
     lines = []
     for stage, value in compiled.breakdown().items():
-        lines.append(f"{stage:16} {value:d}" if stage.startswith("kernels") else f"{stage:16} {value:.4f} s")
+        lines.append(f"{stage:16} {value:d}" if isinstance(value, int) else f"{stage:16} {value:.4f} s")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.autograd.profiler as _profiler
 from torch.utils import _pytree as pytree
 
-from minicomp import capture, config, fallback, fingerprint, guards, logs, persist
+from minicomp import capture, config, fallback, fingerprint, guards, launch, logs, persist
 from minicomp.autograd import TrainingEntry
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ class JitFunction:
         self.fallback = config.fallback(fallback)
         self.cache_limit = config.cache_limit()  # signatures kept per function
         self.recompile_warning = config.recompile_warning()
+        config.compile_threads()  # checked now; read when a GPU compile first needs its threads
         try:
             functools.update_wrapper(self, fn)
         except (AttributeError, TypeError):
@@ -235,6 +236,7 @@ class JitFunction:
         names = capture.leaf_names(in_spec, self.params)
         fn = guards.watch(self.fn, self.context)
         if _needs_grad(leaves):
+            _start_triton(leaves)
             return TrainingEntry(
                 fn,
                 leaves,
@@ -249,6 +251,7 @@ class JitFunction:
             if stored is not None:
                 module, slots, mutated, outputs = stored
                 return Entry(module.call, slots, len(leaves), outputs, mutated)
+        _start_triton(leaves)
         traced, compiled = _trace_and_compile(fn, leaves, in_spec, names, self.__name__, self.families)
         mutated = _mutated_slots(traced, compiled)
         if stored_key is not None and not compiled.graph.constants:
@@ -321,6 +324,14 @@ class JitFunction:
         (forward, then backward, when an input requires grad)."""
         entry = self.entry(*args, **kwargs)
         return entry.source if isinstance(entry, TrainingEntry) else self.compiled(*args, **kwargs).source
+
+
+def _start_triton(leaves) -> None:
+    """A miss on a GPU: Triton's one-time costs start in a thread while the capture runs."""
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda":
+            launch.start_triton(leaf.device)
+            return
 
 
 def _trace_and_compile(fn, leaves, in_spec, names, name, families) -> tuple[capture.Traced, Compiled]:

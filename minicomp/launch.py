@@ -34,12 +34,28 @@ Launch configuration, measured on an H200 (benchmarks/experiments/):
     `reduction_candidates` below, tuned the same way. A grouped one (`groups`
     programs, split_reductions.py) takes its group's rows XBLOCK at a time:
     its grid is fixed, XBLOCK is chosen for the group.
+
+Compiling ahead (`prepare`): a module compiled in this process starts every
+kernel's Triton compile at once, in a pool of threads, before its first call:
+one task per configuration the first call may choose (the remembered or
+heuristic one; every candidate of a kernel that will be tuned). Triton spends a
+compile in C++ passes that release the GIL and in ptxas and cc subprocesses, so
+the threads run side by side: the decoder block's cold first training step (80
+compiles) went from 33 s to 8-9 s on the H200 machine's 16 cores
+(benchmarks/experiments/cold_start.py, compile_threads.py). A first call waits
+only for its own kernel's tasks, then launches the binary its task loaded (when
+its arguments are of the kinds and alignment it was compiled for). Tuning records are named by the kernel's
+text without its name (`skeleton`): kernels of one skeleton and size share a
+choice, measured once.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
+import re
+import statistics
 import threading
 import time
 import types
@@ -52,6 +68,51 @@ from minicomp import cache, config, logs
 # interpreting at once undo each other's patches ("Did you forget to add @triton.jit ?").
 _INTERPRETER_LOCK = threading.Lock()
 WARPS = (1, 2, 4, 8, 16, 32)
+TIMED_RUNS = 15  # runs a tuning candidate is timed over (kernels this large run >= ~20 us each)
+QUEUE_CYCLES = 4_000_000  # GPU clock cycles of sleep the timed launches queue behind (~2 ms)
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_TRITON_STARTED: dict[int, concurrent.futures.Future] = {}  # device index -> `start_triton`'s task
+_POOL_LOCK = threading.RLock()
+
+
+def compile_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads kernels compile ahead in (made on the first use: a cache hit never needs them)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = concurrent.futures.ThreadPoolExecutor(
+                max_workers=config.compile_threads(), thread_name_prefix="minicomp-compile"
+            )
+        return _POOL
+
+
+def start_triton(device: torch.device) -> None:
+    """Start Triton's one-time costs of a process in a pool thread, so that they overlap the
+    capture of the first compile (function.py and dynamo.py call this on a miss): its CUDA
+    driver (a C helper, built with cc when Triton's cache is cold) and the hash of its own
+    installation that its JIT keys binaries by (~0.3 s). `prepare` waits for it."""
+    if device.type != "cuda":
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _POOL_LOCK:
+        if index not in _TRITON_STARTED:
+            _TRITON_STARTED[index] = compile_pool().submit(_start_triton, index)
+
+
+def _start_triton(index: int) -> None:
+    from triton.runtime.cache import triton_key
+    from triton.runtime.driver import driver
+
+    with torch.cuda.device(index):
+        driver.active.get_current_target()
+    triton_key()
+
+
+def _triton_started(index: int) -> None:
+    """Wait for `start_triton`'s task on this device, if one runs (its failure is Triton's to report later)."""
+    task = _TRITON_STARTED.get(index)
+    if task is not None:
+        concurrent.futures.wait([task])
 
 
 def next_power_of_2(n: int) -> int:
@@ -112,11 +173,23 @@ class Launch:
         self.config: tuple[int, int] | None = None
         self._fast = None  # the bound launcher, once the kernel is compiled
         self.times: dict[str, float] = {}  # the first call's tuning and compile (or load) seconds
-        self.jit_compiled: bool | None = None  # the first call compiled through Triton's JIT (else loaded)
+        self.jit_compiled: bool | None = None  # its binary came through Triton's JIT (else from a record)
+        self._first_call_compiled = False  # the first call compiled its binary itself (none ahead)
         self._lock = threading.Lock()
+        self._ahead: dict[tuple[int, int], tuple] = {}  # config -> (compiled kernel, through the JIT)
+        self._ahead_tasks: list[concurrent.futures.Future] = []
+        self._ahead_aligned: set[int] = set()  # the pointers the ahead binaries assume 16-byte aligned
+        self._ahead_kinds: list[str] = []  # and the argument kinds (`_kinds`) they were compiled for
+        self._configs: list[tuple[int, int]] = []  # what `prepare` found the first call may choose
 
     def grid(self, block: int) -> int:
         return self.groups or -(-self.numel // block)
+
+    @property
+    def compiles(self) -> int:
+        """Binaries Triton's JIT compiled for this kernel: ahead (every configuration tried) and on
+        its first call (when none was compiled ahead)."""
+        return sum(1 for _, through_jit in list(self._ahead.values()) if through_jit) + self._first_call_compiled
 
     @property
     def rows(self) -> int:
@@ -142,17 +215,23 @@ class Launch:
     def _first_call(self, args):
         with self._lock, torch.cuda.device(self.device):
             start = time.perf_counter()
+            concurrent.futures.wait(self._ahead_tasks)  # this kernel's compiles ahead (prepare)
+            waited = time.perf_counter()
             if self.config is None:
                 self.config = self.choose(args)
             tuned = time.perf_counter()
             aligned = _aligned_positions(args)
-            compiled = self._restore(args, aligned)
+            kinds = _kinds(args)
+            same = aligned == self._ahead_aligned and kinds == self._ahead_kinds  # what the ahead binaries assumed
+            ahead = self._ahead.get(self.config) if same else None
+            compiled, through_jit = ahead or (self._restore(self._record_path(self.config, kinds), aligned), False)
             ran = compiled is None
             if ran:  # Triton's JIT compiles (or loads its disk cache) and runs this call
-                compiled = self._jit_launch(args)
-                self._remember(compiled, args, aligned)
-            self.times = {"tune": tuned - start, "compile": time.perf_counter() - tuned}
-            self.jit_compiled = ran
+                compiled, through_jit = self._jit_launch(args), True
+                self._first_call_compiled = True
+                self._remember(compiled, self._record_path(self.config, kinds), aligned)
+            self.times = {"tune": tuned - waited, "compile": (waited - start) + (time.perf_counter() - tuned)}
+            self.jit_compiled = through_jit
             fast = _bind(
                 compiled, self.grid(self.config[0]), self.config[0], self.device.index or 0, aligned, self._jit_launch
             )
@@ -167,20 +246,16 @@ class Launch:
     # (~0.3 s) and imports more of itself (~0.1 s). A second process that already
     # has the binary in Triton's cache skips all that: the path of each file of
     # the compiled kernel is remembered, and loaded straight into a CompiledKernel.
-    def _record_path(self, args):
+    def _record_path(self, config: tuple[int, int], kinds: list[str]):
         """One record per binary: kernel text, launch config, and what Triton specializes
-        on besides alignment: each tensor's dtype, and of each integer (n_elements and
-        the runtime sizes of codegen/families.py) whether it is 1, a multiple of 16, and
-        32 or 64 bits. Sizes themselves are not part of it, so a new batch size or
-        sequence length reuses the binary."""
-        block, warps = self.config
-        kinds = [
-            str(a.dtype) if isinstance(a, torch.Tensor) else _int_class(a) if isinstance(a, int) else type(a).__name__
-            for a in args
-        ]
+        on besides alignment (`kinds`, see `_kinds`): each tensor's dtype, and of each
+        integer (n_elements and the runtime sizes of codegen/families.py) whether it is 1,
+        a multiple of 16, and 32 or 64 bits. Sizes themselves are not part of it, so a new
+        batch size or sequence length reuses the binary."""
+        block, warps = config
         return cache.file("kernels", f"{self.name}_{self._key(f'{block}x{warps}', kinds)}.json")
 
-    def _remember(self, compiled, args, aligned) -> None:
+    def _remember(self, compiled, path, aligned) -> None:
         try:
             record = dict(
                 hash=compiled.hash,
@@ -189,14 +264,13 @@ class Launch:
                 signature=dict(compiled.src.signature),
                 constants=[[list(k), v] for k, v in compiled.src.constants.items()],
             )
-            cache.write_atomic(self._record_path(args), json.dumps(record))
+            cache.write_atomic(path, json.dumps(record))
         except (AttributeError, TypeError, ValueError, OSError) as err:  # not restorable: the JIT path stays
             logs.cache.info("%s: compiled kernel not remembered (%s)", self.name, err)
 
-    def _restore(self, args, aligned):
+    def _restore(self, path, aligned):
         """The compiled kernel of an earlier process, or None (then Triton's JIT compiles or loads it)."""
         try:
-            path = self._record_path(args)
             text = cache.read_text(path)
             if text is None:
                 return None
@@ -231,19 +305,45 @@ class Launch:
             return reduction_candidates(self.rows, self.row)
         return [(self._per_part(block), warps) for block, warps in config.get("launch_candidates")]
 
-    def choose(self, args) -> tuple[int, int]:
-        elements = self.numel * max(self.parts, self.row, self.extent)
-        if elements < config.get("tune_min_numel"):
-            return self.heuristic()
-        path = cache.file("tuning", f"{self.name}_{self._key(self.numel)}.json")
+    def tuned(self) -> bool:
+        """Whether the first call chooses the configuration by timing candidates (large kernels)."""
+        return self.numel * max(self.parts, self.row, self.extent) >= config.get("tune_min_numel")
+
+    def _tuning_path(self):
+        """The tuning record: named by the kernel's skeleton (its text without its name) and size,
+        so kernels that differ only in name share one measurement."""
+        return cache.file("tuning", f"{self._key(self.numel, skeleton=True)}.json")
+
+    def _remembered_config(self) -> tuple[int, int] | None:
+        path = self._tuning_path()
         try:
             block, warps = _valid_config(json.loads(cache.read_text(path) or "null")["config"])
-            logs.cache.info("tuned launch config for %s from %s: %s x %s warps", self.name, path, block, warps)
-            return block, warps
         except (ValueError, KeyError, TypeError) as err:
             if path.exists():
                 logs.cache.warning("tuning record %s is not usable (%s); measuring again", path.name, err)
-        times = {candidate: self._time(candidate, args) for candidate in self.candidates()}
+            return None
+        logs.cache.info("tuned launch config for %s from %s: %s x %s warps", self.name, path, block, warps)
+        return block, warps
+
+    def configs(self) -> list[tuple[int, int]]:
+        """The configurations the first call chooses from: the heuristic's (a small kernel), the
+        remembered choice, or the candidates to time (each once; one alone needs no timing)."""
+        if not self.tuned():
+            return [self.heuristic()]
+        remembered = self._remembered_config()
+        return [remembered] if remembered is not None else list(dict.fromkeys(self.candidates()))
+
+    def choose(self, args) -> tuple[int, int]:
+        """The launch configuration: of `configs` (as `prepare` found them, under the compile's
+        settings, else now), the fastest on these arguments, remembered on disk."""
+        configs = self._configs or self.configs()
+        if len(configs) > 1:  # a kernel of the same skeleton may have been tuned since `prepare`
+            remembered = self._remembered_config()
+            configs = [remembered] if remembered in configs else configs
+        if len(configs) == 1:
+            return configs[0]
+        path = self._tuning_path()
+        times = {candidate: self._time(candidate, args) for candidate in configs}
         best = min(times, key=times.get)
         logs.fusion.info(
             "%s: launch configs %s -> %s", self.name, {f"{b}x{w}": f"{ms:.3f} ms" for (b, w), ms in times.items()}, best
@@ -259,22 +359,71 @@ class Launch:
         return max(1 << ((block // self.parts).bit_length() - 1), 16)
 
     def _time(self, config, args) -> float:
-        import triton.testing
-
+        """Milliseconds of one run at `config`: the median of TIMED_RUNS runs, each between two CUDA
+        events, queued behind a GPU sleep so that the launches wait on the GPU, not the GPU on
+        them (the events then time the kernel, not Python's launch path). Triton's do_bench took
+        ~30-50 ms a candidate (an L2 flush per run, its own estimate loop): 2-4 s of the decoder
+        block's first training step, 69 candidates; this takes a few milliseconds each."""
         block, warps = config
         grid = (self.grid(block),)
         run = lambda: self.kernel[grid](*args, **{self.block_name: block}, num_warps=warps)  # noqa: E731
-        run()  # compile outside the timed region
-        return triton.testing.do_bench(run, warmup=5, rep=25, return_mode="median")
+        run()  # compiled ahead (`prepare`), else compiles here, outside the timed runs
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(TIMED_RUNS)
+        ]
+        torch.cuda._sleep(QUEUE_CYCLES)
+        for start, end in events:
+            start.record()
+            run()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in events)
 
-    def _key(self, *parts) -> str:
-        """A hash of this kernel's text, the GPU, Triton's version and `parts`: names files on disk."""
+    def _key(self, *parts, skeleton: bool = False) -> str:
+        """A hash of this kernel's text (without its name when `skeleton`), the GPU, Triton's
+        version and `parts`: names files on disk."""
         import triton
 
+        source = re.sub(rf"\b{re.escape(self.name)}\b", "KERNEL", self.kernel.src) if skeleton else self.kernel.src
         text = "\n".join(
-            [self.kernel.src, torch.cuda.get_device_name(self.device), triton.__version__] + [repr(p) for p in parts]
+            [source, torch.cuda.get_device_name(self.device), triton.__version__] + [repr(p) for p in parts]
         )
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    # -- compiling ahead of the first call ---------------------------------------
+    def prepare(self, signature: list) -> None:
+        """Start compiling this kernel for a call with `signature` (each argument's torch.dtype
+        for a tensor, the int itself for an integer) in `compile_pool()`: one task per
+        configuration the first call may choose, each loading the binary a record names or
+        compiling it through Triton's JIT (`warmup`), then loading it onto the GPU. Pointers
+        are assumed 16-byte aligned, as fresh allocations are; a first call where one is not
+        compiles as before. Settings are read here, in the caller's thread."""
+        if self.device.type != "cuda" or self._fast is not None or self._ahead_tasks:
+            return
+        self._configs = configs = self.configs()
+        _triton_started(self.device.index or 0)  # its driver is made once, not by two threads at once
+        self.kernel.device_caches[self.device.index or 0]  # made once here: the tasks share Triton's JIT cache
+        self._ahead_kinds = kinds = _kinds(signature)
+        self._ahead_aligned = {i for i, v in enumerate(signature) if isinstance(v, torch.dtype)}
+        pool = compile_pool()
+        self._ahead_tasks = [pool.submit(self._compile_ahead, c, signature, kinds) for c in configs]
+
+    def _compile_ahead(self, config: tuple[int, int], signature: list, kinds: list[str]) -> None:
+        """One task of `prepare` (in a pool thread): a failure is only logged, and the first call
+        compiles that configuration itself, where the error reaches the user's fallback policy."""
+        try:
+            with torch.cuda.device(self.device):
+                path = self._record_path(config, kinds)
+                compiled, through_jit = self._restore(path, self._ahead_aligned), False
+                if compiled is None:
+                    block, warps = config
+                    compiled = self.kernel.warmup(*signature, grid=(1,), **{self.block_name: block}, num_warps=warps)
+                    compiled._init_handles()  # its launcher built and the binary loaded, here too
+                    through_jit = True
+                    self._remember(compiled, path, self._ahead_aligned)
+                self._ahead[config] = (compiled, through_jit)
+        except Exception as err:  # noqa: BLE001 - the first call compiles it and reports
+            logs.cache.info("%s: compile ahead of %s failed (%s: %s)", self.name, config, type(err).__name__, err)
 
 
 def _valid_config(value) -> tuple[int, int]:
@@ -302,6 +451,21 @@ def _inside_triton_cache(group: dict) -> None:
     for path in group.values():
         if not Path(path).resolve().is_relative_to(root):
             raise ValueError(f"{path} lies outside Triton's cache {root}")
+
+
+def _kinds(values) -> list[str]:
+    """What Triton specializes each argument on besides alignment: a tensor's dtype (a tensor or,
+    compiling ahead, its torch.dtype) and an integer's `_int_class`."""
+    return [
+        str(v.dtype)
+        if isinstance(v, torch.Tensor)
+        else str(v)
+        if isinstance(v, torch.dtype)
+        else _int_class(v)
+        if isinstance(v, int)
+        else type(v).__name__
+        for v in values
+    ]
 
 
 def _int_class(value: int) -> str:

@@ -274,14 +274,17 @@ def test_second_process_loads_the_compiled_kernel_without_triton_jit(tmp_path):
 def test_compile_breakdown_names_each_stage(device):
     """Issue #17: where a compile went (Compiled.breakdown, explain's "compile time" section,
     the bench's compile rows): capture, ir, plan, codegen, load; and on a GPU, after the first
-    call, the kernels' Triton compiles (or loads of binaries an earlier process compiled) and tuning."""
+    call, the kernels' Triton compiles (started ahead, in threads; or loads of binaries an earlier
+    process compiled) and tuning, and how many binaries Triton compiled."""
     x, b = torch.randn(8, 16, device=device), torch.randn(16, device=device)
     fn = minicomp.jit(lambda x, b: torch.relu(x * 2 + b), fallback="raise")
     fn(x, b)
     compiled = fn.compiled(x, b)
     parts = compiled.breakdown()
-    stages = ["capture", "ir", "plan", "codegen", "load", "triton compile", "tuning"]
+    ahead = ["compile ahead"] if device.type == "cuda" else []
+    stages = ["capture", "ir", "plan", "codegen", "load", *ahead, "triton compile", "tuning"]
     assert list(parts)[: len(stages)] == stages and all(parts[s] >= 0 for s in stages)
     kernels = parts["kernels compiled"] + parts["kernels loaded"]
     assert kernels == (len(compiled.kernels) if device.type == "cuda" else 0)  # the interpreter compiles nothing
+    assert parts["triton compiles"] <= (len(compiled.kernels) if device.type == "cuda" else 0)
     assert "compile time" in str(minicomp.explain(fn, x, b))

@@ -450,6 +450,7 @@ def test_partial_callable_objects_and_builtins_compile():
         ("MINICOMP_CACHE_LIMIT", "0", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not '0'"),
         ("MINICOMP_CACHE_LIMIT", "abc", "MINICOMP_CACHE_LIMIT must be a whole number >= 1, not 'abc'"),
         ("MINICOMP_RECOMPILE_WARNING", "-3", "MINICOMP_RECOMPILE_WARNING must be a whole number"),
+        ("MINICOMP_COMPILE_THREADS", "0", "MINICOMP_COMPILE_THREADS must be a whole number >= 1, not '0'"),
         ("MINICOMP_FALLBACK", "loud", "MINICOMP_FALLBACK must be one of warn, silent, raise, not 'loud'"),
     ],
 )

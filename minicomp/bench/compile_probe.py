@@ -1,6 +1,6 @@
 """Run in a fresh process by the harness: time the first call of one compiled function.
 
-    python minicomp/bench/compile_probe.py {minicomp|inductor} {cuda|cpu} [new-rows|new-seq]
+    python minicomp/bench/compile_probe.py {minicomp|inductor} {cuda|cpu} [new-rows|new-seq|block]
 
 Prints one number on its last line: seconds for the first call (trace + compile + run), with
 whatever caches the environment points at (empty for "cold", filled for "warm").
@@ -15,10 +15,18 @@ With `new-rows`: seconds for the first call of bias + ReLU at a new row count
 With `new-seq`: seconds for the first call of RoPE (q, k of [2, 8, S, 64]) at a
 third sequence length, after calls at two others (minicomp's kernel family, or
 Inductor's automatic dynamic shapes, has seen the size change).
+With `block`: seconds for the first training step (forward + backward) of the bench's
+Llama-style decoder block (`llama_block_fwbw`: bf16, B=4, S=2048, d=2048, GQA) through
+`torch.compile`, Inductor or `backend=minicomp.dynamo.backend` (S=8, float32 on the CPU).
+With MINICOMP_PROBE_PROFILE=FILE in the environment the timed region runs under cProfile and
+its stats are written to FILE (benchmarks/experiments/cold_start.py reads them).
 """
 
+import contextlib
+import cProfile
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,17 +44,35 @@ def _workloads():
     return module
 
 
-def compiled(fn, impl: str):
+def compiled(fn, impl: str, dynamo: bool = False):
     if impl == "minicomp":
         import minicomp
 
+        if dynamo:  # by function: the "minicomp" name needs the package installed (an entry point)
+            import minicomp.dynamo
+
+            return torch.compile(fn, backend=minicomp.dynamo.backend)
         return minicomp.jit(fn)
     return torch.compile(fn)
+
+
+def block_step(workloads, device: str):
+    """The decoder block's training step and its inputs (the bench's llama_block_fwbw)."""
+    seq, dtype = (2048, torch.bfloat16) if device == "cuda" else (8, torch.float32)
+    inputs = workloads.WORKLOADS["llama_block_fwbw"].make(seq, dtype, torch.device(device))
+
+    def step(fn):
+        out = fn(*inputs)
+        out.backward(torch.ones_like(out))
+
+    return step, inputs
 
 
 def main() -> None:
     impl, device, mode = sys.argv[1], sys.argv[2], sys.argv[3:]
     workloads = _workloads()
+    if mode == ["block"]:
+        return time_block(workloads, impl, device)
     fn = workloads.rope if mode == ["new-seq"] else workloads.bias_relu
 
     def inputs(size):
@@ -62,19 +88,59 @@ def main() -> None:
         fn = compiled(fn, impl)
         for size in earlier:
             fn(*inputs(size))
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    if not earlier:
-        fn = compiled(fn, impl)
-    fn(*args)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    with _clock(device) as seconds:
+        if not earlier:
+            fn = compiled(fn, impl)
+        fn(*args)
     if impl == "minicomp":  # where a compile in this process went (nothing when served from the cache)
         done = getattr(list(fn.cache.values())[-1], "compiled", None)  # the entry of this call
         print(json.dumps(done.breakdown() if done is not None else {}))
-    print(f"{seconds:.6f}")
+    print(f"{seconds[0]:.6f}")
+
+
+def time_block(workloads, impl: str, device: str) -> None:
+    step, _ = block_step(workloads, device)
+    with _clock(device) as seconds:
+        step(compiled(workloads.llama_block, impl, dynamo=True))
+    print(json.dumps(_launches() if impl == "minicomp" else {}))
+    print(f"{seconds[0]:.6f}")
+
+
+def _launches() -> dict:
+    """What the kernels of this process's compiles spent on their first calls (Launch.times, summed
+    over every Launch alive): a Dynamo compile's Compiled objects are AOTAutograd's to keep."""
+    import gc
+
+    from minicomp.launch import Launch
+
+    launches = [o for o in gc.get_objects() if type(o) is Launch]  # (isinstance trips on dead weak proxies)
+    return {
+        "kernels": len(launches),
+        "waited for compiles (s)": sum(la.times.get("compile", 0.0) for la in launches),
+        "tuning (s)": sum(la.times.get("tune", 0.0) for la in launches),
+        "kernels tuned": sum(1 for la in launches if len(la._configs) > 1 or la.times.get("tune", 0) > 0.01),
+        "triton compiles": sum(la.compiles for la in launches),
+    }
+
+
+@contextlib.contextmanager
+def _clock(device: str):
+    """Seconds of the block (a one-element list, filled on exit), under cProfile when asked."""
+    seconds = [0.0]
+    profile_path = os.environ.get("MINICOMP_PROBE_PROFILE")
+    profiler = cProfile.Profile() if profile_path else None
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    yield seconds
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
+    seconds[0] = time.perf_counter() - start
 
 
 if __name__ == "__main__":

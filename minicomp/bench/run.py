@@ -164,33 +164,62 @@ def overhead() -> dict[str, float]:
     return result
 
 
+PHASES = (  # (row name, probe arguments); cold first: it fills the caches the warm rows read
+    ("cold", []),
+    ("warm", []),
+    ("warm, new batch size", ["new-rows"]),
+    ("warm, third sequence length", ["new-seq"]),
+    ("block training step, cold", ["block"]),
+    ("block training step, warm", ["block"]),
+)
+
+
+def probe_env(cache: str, pycache: str) -> dict[str, str]:
+    """The environment of a probe: its own compiler caches under `cache`, and Python's bytecode
+    cached under `pycache`, as an installed torch has it (the lent GPU machine sets
+    PYTHONDONTWRITEBYTECODE and its torch has no .pyc files: without this every probe would
+    compile torch's sources again, ~5 s of the block's first call, both compilers alike)."""
+    env = dict(
+        os.environ,
+        MINICOMP_CACHE_DIR=f"{cache}/mc",
+        TORCHINDUCTOR_CACHE_DIR=f"{cache}/ind",
+        TRITON_CACHE_DIR=f"{cache}/triton",
+        PYTHONPYCACHEPREFIX=pycache,
+    )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def run_probe(impl: str, extra: list[str], env: dict[str, str], device: str = "cuda") -> list[str]:
+    """The probe's output lines (its last: seconds of the first call)."""
+    out = subprocess.run(
+        [sys.executable, str(PROBE), impl, device, *extra],  # by path: `-m` would import minicomp
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode:
+        raise RuntimeError(f"compile probe {impl} {extra} failed:\n{out.stderr[-3000:]}")
+    return out.stdout.strip().splitlines()
+
+
 def compile_times() -> tuple[dict[str, float], dict[str, dict]]:
     """First call in a fresh process with empty caches (cold), then again with them filled (warm),
-    counting `import minicomp` (and Inductor's import of torch._dynamo) in both clocks."""
+    counting `import minicomp` (and Inductor's import of torch._dynamo) in both clocks; the decoder
+    block's training step through torch.compile the same way. One untimed run of the block with
+    each compiler first fills Python's bytecode cache."""
     times, breakdowns = {}, {}
-    for impl in ("minicomp", "inductor"):
-        with tempfile.TemporaryDirectory() as cache:
-            env = dict(
-                os.environ,
-                MINICOMP_CACHE_DIR=f"{cache}/mc",
-                TORCHINDUCTOR_CACHE_DIR=f"{cache}/ind",
-                TRITON_CACHE_DIR=f"{cache}/triton",
-            )
-            for phase, extra in (
-                ("cold", []),
-                ("warm", []),
-                ("warm, new batch size", ["new-rows"]),
-                ("warm, third sequence length", ["new-seq"]),
-            ):
-                out = subprocess.run(
-                    [sys.executable, str(PROBE), impl, "cuda", *extra],  # by path: `-m` would import minicomp
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                lines = out.stdout.strip().splitlines()
-                times[f"{impl} {phase}"] = float(lines[-1])
-                if len(lines) > 1 and lines[-2].startswith("{") and json.loads(lines[-2]):
-                    breakdowns[f"{impl} {phase}"] = json.loads(lines[-2])
+    with tempfile.TemporaryDirectory() as pycache:
+        for impl in ("minicomp", "inductor"):
+            with tempfile.TemporaryDirectory() as scratch:
+                run_probe(impl, ["block"], probe_env(scratch, pycache))
+        for impl in ("minicomp", "inductor"):
+            with tempfile.TemporaryDirectory() as cache:
+                env = probe_env(cache, pycache)
+                for phase, extra in PHASES:
+                    lines = run_probe(impl, extra, env)
+                    times[f"{impl} {phase}"] = float(lines[-1])
+                    if len(lines) > 1 and lines[-2].startswith("{") and json.loads(lines[-2]):
+                        breakdowns[f"{impl} {phase}"] = json.loads(lines[-2])
     return times, breakdowns
