@@ -232,6 +232,14 @@ class Launch:
                 self._remember(compiled, self._record_path(self.config, kinds), aligned)
             self.times = {"tune": tuned - waited, "compile": (waited - start) + (time.perf_counter() - tuned)}
             self.jit_compiled = through_jit
+            logs.cache.info(
+                "%s: first call at %s x %s warps: %d Triton compiles, waited %.3f s for them, tuned %.3f s",
+                self.name,
+                *self.config,
+                self.compiles,
+                self.times["compile"],
+                self.times["tune"],
+            )
             fast = _bind(
                 compiled, self.grid(self.config[0]), self.config[0], self.device.index or 0, aligned, self._jit_launch
             )
