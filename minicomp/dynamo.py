@@ -23,7 +23,7 @@ import itertools
 import torch
 from functorch.compile import make_boxed_func
 
-from minicomp import capture, config, fallback, launch
+from minicomp import capture, compile_pool, config, fallback
 from minicomp.autograd import partition
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
@@ -51,7 +51,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     families, settings = Families(), config.current()
     for t in example_inputs:  # Triton's one-time costs start while AOTAutograd traces
         if isinstance(t, torch.Tensor) and t.device.type == "cuda":
-            launch.start_triton(t.device)
+            compile_pool.start_triton(t.device)
             break
     compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings),

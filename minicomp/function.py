@@ -20,7 +20,7 @@ import torch
 import torch.autograd.profiler as _profiler
 from torch.utils import _pytree as pytree
 
-from minicomp import capture, config, fallback, fingerprint, guards, launch, logs, persist
+from minicomp import capture, compile_pool, config, fallback, fingerprint, guards, logs, persist
 from minicomp.autograd import TrainingEntry
 
 if TYPE_CHECKING:
@@ -330,7 +330,7 @@ def _start_triton(leaves) -> None:
     """A miss on a GPU: Triton's one-time costs start in a thread while the capture runs."""
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda":
-            launch.start_triton(leaf.device)
+            compile_pool.start_triton(leaf.device)
             return
 
 

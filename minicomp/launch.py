@@ -35,18 +35,12 @@ Launch configuration, measured on an H200 (benchmarks/experiments/):
     programs, split_reductions.py) takes its group's rows XBLOCK at a time:
     its grid is fixed, XBLOCK is chosen for the group.
 
-Compiling ahead (`prepare`): a module compiled in this process starts every
-kernel's Triton compile at once, in a pool of threads, before its first call:
-one task per configuration the first call may choose (the remembered or
-heuristic one; every candidate of a kernel that will be tuned). Triton spends a
-compile in C++ passes that release the GIL and in ptxas and cc subprocesses, so
-the threads run side by side: the decoder block's cold first training step (80
-compiles) went from 33 s to 8-9 s on the H200 machine's 16 cores
-(benchmarks/experiments/cold_start.py, compile_threads.py). A first call waits
-only for its own kernel's tasks, then launches the binary its task loaded (when
-its arguments are of the kinds and alignment it was compiled for). Tuning records are named by the kernel's
-text without its name (`skeleton`): kernels of one skeleton and size share a
-choice, measured once.
+Compiling ahead (`prepare`): a module compiled in this process starts its kernels'
+Triton compiles before their first call, in threads (compile_pool.py), one task
+per configuration the first call may choose: the decoder block's cold first
+training step (80 compiles) went from 33 s to 8-9 s on an H200 machine's 16 cores
+(benchmarks/experiments/cold_start.py). Tuning records are named by the kernel's
+text without its name (`skeleton`): kernels of one skeleton and size share a choice.
 """
 
 from __future__ import annotations
@@ -62,7 +56,7 @@ import types
 
 import torch
 
-from minicomp import cache, config, logs
+from minicomp import cache, compile_pool, config, logs
 
 # Triton's interpreter patches triton.language module-wide while a kernel runs: two threads
 # interpreting at once undo each other's patches ("Did you forget to add @triton.jit ?").
@@ -70,49 +64,6 @@ _INTERPRETER_LOCK = threading.Lock()
 WARPS = (1, 2, 4, 8, 16, 32)
 TIMED_RUNS = 15  # runs a tuning candidate is timed over (kernels this large run >= ~20 us each)
 QUEUE_CYCLES = 4_000_000  # GPU clock cycles of sleep the timed launches queue behind (~2 ms)
-_POOL: concurrent.futures.ThreadPoolExecutor | None = None
-_TRITON_STARTED: dict[int, concurrent.futures.Future] = {}  # device index -> `start_triton`'s task
-_POOL_LOCK = threading.RLock()
-
-
-def compile_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads kernels compile ahead in (made on the first use: a cache hit never needs them)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = concurrent.futures.ThreadPoolExecutor(
-                max_workers=config.compile_threads(), thread_name_prefix="minicomp-compile"
-            )
-        return _POOL
-
-
-def start_triton(device: torch.device) -> None:
-    """Start Triton's one-time costs of a process in a pool thread, so that they overlap the
-    capture of the first compile (function.py and dynamo.py call this on a miss): its CUDA
-    driver (a C helper, built with cc when Triton's cache is cold) and the hash of its own
-    installation that its JIT keys binaries by (~0.3 s). `prepare` waits for it."""
-    if device.type != "cuda":
-        return
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    with _POOL_LOCK:
-        if index not in _TRITON_STARTED:
-            _TRITON_STARTED[index] = compile_pool().submit(_start_triton, index)
-
-
-def _start_triton(index: int) -> None:
-    from triton.runtime.cache import triton_key
-    from triton.runtime.driver import driver
-
-    with torch.cuda.device(index):
-        driver.active.get_current_target()
-    triton_key()
-
-
-def _triton_started(index: int) -> None:
-    """Wait for `start_triton`'s task on this device, if one runs (its failure is Triton's to report later)."""
-    task = _TRITON_STARTED.get(index)
-    if task is not None:
-        concurrent.futures.wait([task])
 
 
 def next_power_of_2(n: int) -> int:
@@ -401,7 +352,7 @@ class Launch:
     # -- compiling ahead of the first call ---------------------------------------
     def prepare(self, signature: list) -> None:
         """Start compiling this kernel for a call with `signature` (each argument's torch.dtype
-        for a tensor, the int itself for an integer) in `compile_pool()`: one task per
+        for a tensor, the int itself for an integer) in `compile_pool.pool()`: one task per
         configuration the first call may choose, each loading the binary a record names or
         compiling it through Triton's JIT (`warmup`), then loading it onto the GPU. Pointers
         are assumed 16-byte aligned, as fresh allocations are; a first call where one is not
@@ -409,11 +360,11 @@ class Launch:
         if self.device.type != "cuda" or self._fast is not None or self._ahead_tasks:
             return
         self._configs = configs = self.configs()
-        _triton_started(self.device.index or 0)  # its driver is made once, not by two threads at once
+        compile_pool.triton_started(self.device.index or 0)  # its driver is made once, not by two threads at once
         self.kernel.device_caches[self.device.index or 0]  # made once here: the tasks share Triton's JIT cache
         self._ahead_kinds = kinds = _kinds(signature)
         self._ahead_aligned = {i for i, v in enumerate(signature) if isinstance(v, torch.dtype)}
-        pool = compile_pool()
+        pool = compile_pool.pool()
         self._ahead_tasks = [pool.submit(self._compile_ahead, c, signature, kinds) for c in configs]
 
     def _compile_ahead(self, config: tuple[int, int], signature: list, kinds: list[str]) -> None:
