@@ -33,12 +33,14 @@ def pool() -> concurrent.futures.ThreadPoolExecutor:
         return _POOL
 
 
-def start_triton(device: torch.device) -> None:
+def start_triton(values) -> None:
     """Start Triton's one-time costs of a process in a pool thread, so that they overlap the
-    capture of the first compile (function.py and dynamo.py call this on a miss): its CUDA
-    driver (a C helper, built with cc when Triton's cache is cold) and the hash of its own
-    installation that its JIT keys binaries by (~0.3 s). `Launch.prepare` waits for it."""
-    if device.type != "cuda":
+    capture of the first compile (function.py and dynamo.py call this on a miss, with its
+    arguments): its CUDA driver (a C helper, built with cc when Triton's cache is cold) and the
+    hash of its own installation that its JIT keys binaries by (~0.3 s), for the device of the
+    first CUDA tensor among `values` (none: nothing to start). `Launch.prepare` waits for it."""
+    device = next((v.device for v in values if isinstance(v, torch.Tensor) and v.device.type == "cuda"), None)
+    if device is None:
         return
     index = device.index if device.index is not None else torch.cuda.current_device()
     with _POOL_LOCK:

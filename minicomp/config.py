@@ -7,7 +7,7 @@
     MINICOMP_CACHE_LIMIT        signatures kept per function (a whole number >= 1; default 64)
     MINICOMP_RECOMPILE_WARNING  warn once a function has compiled this many signatures (>= 1; default 8)
     MINICOMP_LOGS               log channels (logs.py)
-    MINICOMP_COMPILE_THREADS    threads that compile kernels ahead of their first call (launch.py;
+    MINICOMP_COMPILE_THREADS    threads that compile kernels ahead of their first call (compile_pool.py;
                                 a whole number >= 1; default: the CPU count, at most 32)
 
 A value that does not parse raises `ConfigError` with a one-line message when

@@ -49,10 +49,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     from torch._dynamo.backends.common import aot_autograd
 
     families, settings = Families(), config.current()
-    for t in example_inputs:  # Triton's one-time costs start while AOTAutograd traces
-        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
-            compile_pool.start_triton(t.device)
-            break
+    compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
     compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings),
         bw_compiler=_compiler("backward", families, settings),

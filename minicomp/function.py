@@ -236,7 +236,7 @@ class JitFunction:
         names = capture.leaf_names(in_spec, self.params)
         fn = guards.watch(self.fn, self.context)
         if _needs_grad(leaves):
-            _start_triton(leaves)
+            compile_pool.start_triton(leaves)  # a miss: Triton's one-time costs run while it traces
             return TrainingEntry(
                 fn,
                 leaves,
@@ -251,7 +251,7 @@ class JitFunction:
             if stored is not None:
                 module, slots, mutated, outputs = stored
                 return Entry(module.call, slots, len(leaves), outputs, mutated)
-        _start_triton(leaves)
+        compile_pool.start_triton(leaves)  # a miss: Triton's one-time costs run while it traces
         traced, compiled = _trace_and_compile(fn, leaves, in_spec, names, self.__name__, self.families)
         mutated = _mutated_slots(traced, compiled)
         if stored_key is not None and not compiled.graph.constants:
@@ -324,14 +324,6 @@ class JitFunction:
         (forward, then backward, when an input requires grad)."""
         entry = self.entry(*args, **kwargs)
         return entry.source if isinstance(entry, TrainingEntry) else self.compiled(*args, **kwargs).source
-
-
-def _start_triton(leaves) -> None:
-    """A miss on a GPU: Triton's one-time costs start in a thread while the capture runs."""
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda":
-            compile_pool.start_triton(leaf.device)
-            return
 
 
 def _trace_and_compile(fn, leaves, in_spec, names, name, families) -> tuple[capture.Traced, Compiled]:

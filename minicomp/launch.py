@@ -359,12 +359,17 @@ class Launch:
         compiles as before. Settings are read here, in the caller's thread."""
         if self.device.type != "cuda" or self._fast is not None or self._ahead_tasks:
             return
-        self._configs = configs = self.configs()
-        compile_pool.triton_started(self.device.index or 0)  # its driver is made once, not by two threads at once
-        self.kernel.device_caches[self.device.index or 0]  # made once here: the tasks share Triton's JIT cache
-        self._ahead_kinds = kinds = _kinds(signature)
+        try:
+            configs = self.configs()
+            compile_pool.triton_started(self.device.index or 0)  # its driver is made once, not by two threads
+            self.kernel.device_caches[self.device.index or 0]  # made once here: the tasks share Triton's JIT cache
+            kinds = _kinds(signature)
+            pool = compile_pool.pool()
+        except Exception as err:  # noqa: BLE001 - nothing ahead: the first call compiles, as without prepare
+            logs.cache.info("%s: not compiled ahead (%s: %s)", self.name, type(err).__name__, err)
+            return
+        self._configs, self._ahead_kinds = configs, kinds
         self._ahead_aligned = {i for i, v in enumerate(signature) if isinstance(v, torch.dtype)}
-        pool = compile_pool.pool()
         self._ahead_tasks = [pool.submit(self._compile_ahead, c, signature, kinds) for c in configs]
 
     def _compile_ahead(self, config: tuple[int, int], signature: list, kinds: list[str]) -> None:

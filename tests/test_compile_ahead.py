@@ -164,3 +164,33 @@ def test_dynamo_compiles_the_backward_with_the_forward(monkeypatch):
     out.sum().backward()
     torch.testing.assert_close(x.grad, (x > 0).float() * 2)
     assert roles == ["forward", "backward"]  # and it did not compile again
+
+
+def test_a_kernel_that_cannot_be_prepared_is_compiled_by_its_first_call(gpu_less):
+    """Whatever `prepare` meets in the compiling thread (here a Triton without the JIT cache it
+    expects) leaves the kernel as if never prepared, and never fails the compile."""
+    kernel = StandInKernel()
+    del kernel.device_caches
+    la = launch.Launch(kernel, numel=64, device="cuda:0")
+    la.prepare([torch.float32, 64])
+    assert la._ahead_tasks == [] and la._configs == [] and kernel.warmups == []
+
+
+def test_triton_starts_once_per_device_for_the_first_cuda_argument(monkeypatch):
+    """A miss on a GPU starts Triton's one-time costs in a pool thread (compile_pool.start_triton);
+    CPU arguments start nothing, and a second miss on the same device does not start it again."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from minicomp import compile_pool
+
+    started = []
+    monkeypatch.setattr(compile_pool, "_TRITON_STARTED", {})
+    monkeypatch.setattr(compile_pool, "_start_triton", lambda index: started.append(index))
+    compile_pool.start_triton([torch.randn(2), 3, "text"])
+    assert compile_pool._TRITON_STARTED == {}
+    with FakeTensorMode():  # a CUDA tensor on a machine without a GPU, as Dynamo's example inputs are
+        on_gpu = torch.empty(2, device="cuda:1")
+    compile_pool.start_triton([torch.randn(2), on_gpu])
+    compile_pool.start_triton([on_gpu])
+    compile_pool.triton_started(1)
+    assert started == [1] and list(compile_pool._TRITON_STARTED) == [1]
