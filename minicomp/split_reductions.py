@@ -2,7 +2,7 @@
 
 A bias gradient's sum(0) over [32768, 4096] has 4096 rows of 32768 elements;
 the sum of a whole tensor has one row of all of them. A reduction kernel
-takes a tile of rows a program (reduction_space.reduction_form, launch.rows_per_program),
+takes a tile of rows a program (reduction_space.reduction_form, launch_configs.rows_per_program),
 so such a reduction keeps a few SMs busy and leaves the rest idle. Before
 planning, the graph is rewritten, as Inductor does:
 
@@ -18,7 +18,7 @@ are held in the reduction's accumulation dtype (float32 for 16-bit floats,
 int64 for integer sums), so the result is eager's up to summation order.
 
 When (config): the reduction has fewer than "split_below" row tiles (a tile:
-the rows one program takes, launch.rows_per_program; 256 is about two per SM
+the rows one program takes, launch_configs.rows_per_program; 256 is about two per SM
 of an H100 or H200, so a norm over 2048 rows is never split), it reads at
 least "split_min_numel" elements, and K = min(extent // "split_chunk",
 "split_programs" / row tiles) is at least 2. The cut dim is the reduced dim
@@ -64,7 +64,7 @@ import torch
 from minicomp import config, ops
 from minicomp.indexing import contiguous_strides
 from minicomp.ir import Graph, Node, Ref, TensorMeta
-from minicomp.launch import rows_per_program
+from minicomp.launch_configs import rows_per_program
 from minicomp.ops.reductions import spec
 from minicomp.reduction_space import ReductionSpace, reduction_form
 

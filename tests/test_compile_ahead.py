@@ -18,7 +18,7 @@ from collections import defaultdict
 import pytest
 import torch
 
-from minicomp import config, launch
+from minicomp import config, launch, launch_configs
 
 
 class StandInKernel:
@@ -72,7 +72,7 @@ def test_a_small_kernel_compiles_its_heuristic_config_in_a_pool_thread(gpu_less)
     finished(la)
     [(signature, grid, blocks, warps, thread)] = kernel.warmups
     assert signature == (torch.float32, 4096) and grid == (1,)
-    assert (blocks["BLOCK_SIZE"], warps) == launch.heuristic(4096, torch.device("cuda"))
+    assert (blocks["BLOCK_SIZE"], warps) == launch_configs.heuristic(4096, torch.device("cuda"))
     assert thread.startswith("minicomp-compile")
     assert kernel.device_caches[0] == "made by prepare"  # made before the threads share it
     [(binary, through_jit)] = la._ahead.values()

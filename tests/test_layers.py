@@ -17,7 +17,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "minicomp"
 # bottom first; a subpackage (ops, codegen, bench, templates) is one unit
 LAYERS = [
     ["config", "logs", "dtypes", "workloads", "templates"],  # knows nothing of the compiler
-    ["cache", "indexing", "ir", "guards", "interpreter_math", "compile_pool"],  # data structures, disk, guards
+    [
+        "cache",
+        "indexing",
+        "ir",
+        "guards",
+        "interpreter_math",
+        "compile_pool",
+        "launch_configs",
+    ],  # data structures, disk, guards
     ["layout", "ops", "launch", "runtime", "fallback", "reduction_space"],  # lowering rules, loading, launching
     ["fusion", "split_reductions", "fingerprint", "capture"],  # the plan; tracing
     ["codegen"],  # plan -> source

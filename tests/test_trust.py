@@ -471,9 +471,9 @@ def test_import_succeeds_with_a_bad_environment_variable():
 
 
 def test_tuning_records_are_validated():
-    from minicomp.launch import _valid_config
+    from minicomp.launch_configs import valid_config
 
-    assert _valid_config([512, 4]) == (512, 4)
+    assert valid_config([512, 4]) == (512, 4)
     for bad in ([0, 4], [500, 4], [512, 3], ["512", 4], [1 << 20, 4], [512]):
         with pytest.raises((ValueError, TypeError)):
-            _valid_config(bad)
+            valid_config(bad)
