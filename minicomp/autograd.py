@@ -37,6 +37,14 @@ def partition(joint, inputs, **kwargs):
         return min_cut_rematerialization_partition(joint, inputs, **kwargs)
 
 
+def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:
+    """The backward's inputs that the forward computed (not its own inputs, not tangents): the
+    partition names them after the forward's nodes, and AOTAutograd hands them to the boxed
+    backward, which frees each at its last use; parameters and tangents stay the caller's."""
+    computed = {n.name for n in forward.graph.nodes if n.op not in ("placeholder", "output")}
+    return frozenset(n.name for n in backward.graph.nodes if n.op == "placeholder" and n.name in computed)
+
+
 class TrainingEntry:
     """One signature whose inputs need gradients: an autograd.Function built by AOTAutograd."""
 
@@ -74,7 +82,8 @@ class TrainingEntry:
 
         def compile_backward(gm, example_inputs):
             with config.override(**settings):
-                self.backward = compile_graph(gm, f"{name}_backward", families=families)
+                saved = saved_activations(self.forward.fx, gm)
+                self.backward = compile_graph(gm, f"{name}_backward", families=families, freed_inputs=saved)
             return self.backward.boxed
 
         from functorch.compile import aot_function  # AOTAutograd loads all of torch._dynamo: ~1.7 s

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
-from minicomp import codegen, fusion, ir, logs, runtime
+from minicomp import codegen, fusion, ir, logs, runtime, schedule
 from minicomp.codegen.families import Families
 from minicomp.codegen.module import KernelCall
 from minicomp.fusion import Plan
@@ -75,16 +75,23 @@ class Compiled:
 
 
 def compile_graph(
-    gm: torch.fx.GraphModule, name: str = "fn", input_names: list[str] | None = None, families: Families | None = None
+    gm: torch.fx.GraphModule,
+    name: str = "fn",
+    input_names: list[str] | None = None,
+    families: Families | None = None,
+    freed_inputs: frozenset[str] = frozenset(),
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
-    (codegen/families.py), so a new size of the same function reuses its kernels' text."""
+    (codegen/families.py), so a new size of the same function reuses its kernels' text.
+    `freed_inputs`: inputs the caller hands over (a backward's saved activations), so the order
+    of the steps may count on their memory going at their last use (schedule.py)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")
     plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
+    plan = schedule.for_memory(plan, freed_inputs)  # the order of the steps: the lower peak memory
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text

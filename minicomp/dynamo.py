@@ -24,19 +24,24 @@ import torch
 from functorch.compile import make_boxed_func
 
 from minicomp import capture, compile_pool, config, fallback
-from minicomp.autograd import partition
+from minicomp.autograd import partition, saved_activations
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
 
 _graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
 
 
-def _compiler(role: str, families: Families, settings: dict):
+def _compiler(role: str, families: Families, settings: dict, forward: dict):
+    """`forward` carries the forward graph to the backward's compile (its saved activations)."""
+
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         name = f"dynamo_graph{next(_graph_ids)}_{role}"
+        if role == "forward":
+            forward["gm"] = gm
+        saved = saved_activations(forward["gm"], gm) if role == "backward" and "gm" in forward else frozenset()
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
-                return compile_graph(gm, name, families=families).boxed
+                return compile_graph(gm, name, families=families, freed_inputs=saved).boxed
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
             return make_boxed_func(gm.forward)
@@ -48,11 +53,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     """The Dynamo backend: ATen graphs through AOTAutograd, each compiled by minicomp."""
     from torch._dynamo.backends.common import aot_autograd
 
-    families, settings = Families(), config.current()
+    families, settings, forward = Families(), config.current(), {}
     compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
     compile_both = aot_autograd(
-        fw_compiler=_compiler("forward", families, settings),
-        bw_compiler=_compiler("backward", families, settings),
+        fw_compiler=_compiler("forward", families, settings, forward),
+        bw_compiler=_compiler("backward", families, settings, forward),
         partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
         decompositions=capture.decompositions(),
     )

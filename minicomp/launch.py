@@ -29,6 +29,7 @@ text without its name (`skeleton`): kernels of one skeleton and size share a cho
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
 import json
@@ -242,7 +243,8 @@ class Launch:
         if len(configs) == 1:
             return configs[0]
         path = self._tuning_path()
-        times = {candidate: self._time(candidate, args) for candidate in configs}
+        private = _unaliased(args)
+        times = {candidate: self._time(candidate, private) for candidate in configs}
         best = min(times, key=times.get)
         logs.fusion.info(
             "%s: launch configs %s -> %s", self.name, {f"{b}x{w}": f"{ms:.3f} ms" for (b, w), ms in times.items()}, best
@@ -340,6 +342,20 @@ def _inside_triton_cache(group: dict) -> None:
     for path in group.values():
         if not Path(path).resolve().is_relative_to(root):
             raise ValueError(f"{path} lies outside Triton's cache {root}")
+
+
+def _unaliased(args) -> list:
+    """The arguments with each tensor that shares memory with another replaced by a copy: tuning
+    runs the kernel many times, and one that writes an output over a buffer it reads (in place,
+    codegen/module.py `_hosts`) would read its own results from the second run on."""
+    storages = collections.Counter(a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor))
+
+    def private(a):
+        if not isinstance(a, torch.Tensor) or storages[a.untyped_storage().data_ptr()] == 1:
+            return a
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+
+    return [private(a) for a in args]
 
 
 def _kinds(values) -> list[str]:

@@ -27,7 +27,7 @@ LAYERS = [
         "launch_configs",
     ],  # data structures, disk, guards
     ["layout", "ops", "launch", "runtime", "fallback", "reduction_space"],  # lowering rules, loading, launching
-    ["fusion", "split_reductions", "fingerprint", "capture"],  # the plan; tracing
+    ["fusion", "split_reductions", "fingerprint", "capture", "storages", "schedule"],  # the plan, its order; tracing
     ["codegen"],  # plan -> source
     ["compiler", "persist"],  # the pipeline; entries on disk
     ["autograd", "dynamo", "function"],  # what a call compiles to

@@ -45,6 +45,9 @@ class KernelSource:
     row: int = 0  # a reduction kernel's RBLOCK: elements of a row each program holds (launch.py)
     extent: int = 0  # a reduction kernel's row length: elements each row reduces
     groups: int = 0  # a grouped reduction kernel's programs, one a row group (fusion.Kernel.group)
+    # store -> buffers read at its own address and nowhere else (a kernel walked in parts: none, as
+    # its parts read each other's elements); codegen/module.py may write the store over one of them
+    aligned: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class KernelWriter:
@@ -70,6 +73,7 @@ class KernelWriter:
         self.taken: set[str] = set(self.graph.order) | set(self.reserved)
         self.used: set[str] = set()
         self.pointers: dict[str, str] = {}  # buffer name -> pointer parameter
+        self.load_offsets: dict[str, set[Expr | None]] = {}  # buffer -> element offsets loaded (None: a broadcast)
         self.vars: set[Var] = set()
 
     # -- names --------------------------------------------------------------
@@ -174,6 +178,7 @@ class KernelWriter:
         for e, stride, extent in zip(index, meta.stride, meta.shape):
             if extent > 1:
                 offset = offset + e * stride
+        self.load_offsets.setdefault(name, set()).add(None if offset.is_const else offset)
         if offset.is_const:  # one element for every lane (0-d or fully broadcast): load once, spread
             code = f"tl.broadcast_to(tl.load({self.pointers[name]} + {size(offset.const)}), {self.tile_for(index)})"
         else:

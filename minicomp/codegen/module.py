@@ -24,6 +24,8 @@ from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.fusion import Extern, Kernel, Plan
 from minicomp.ir import Ref, TensorMeta
+from minicomp.storages import Storages
+from minicomp.storages import uses as step_uses
 from minicomp.templates import ENV
 
 # kernel kind -> its writer; each kind's template is templates/<kind>.py.j2
@@ -68,21 +70,34 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
     calls: list[KernelCall] = []
     wrapper: list[str] = []
     uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
-    for step in plan.steps:
+    storages = Storages.of(plan)
+    last = {name: i for i, step in enumerate(plan.steps) for name in step_uses(plan, step)}
+    for at, step in enumerate(plan.steps):
         if isinstance(step, Extern):
             wrapper.append(_extern_line(graph[step.node]))
             uses.append({step.node, *graph[step.node].inputs()})
             continue
+        source = WRITERS[step.kind](plan, step) if graph[step.stores[0]].meta.numel else None
+        hosts = _hosts(plan, storages, source, [n for n, i in last.items() if i == at]) if source else {}
         for name in step.stores:
             meta = graph[name].meta
+            if name in hosts:
+                host, layout = hosts[name], (meta.shape, plan.strides[name])
+                same = layout == (graph[host].meta.shape, graph[host].meta.stride)
+                wrapper.append(
+                    f"{name} = {host if same else f'{host}.as_strided{layout}'}"
+                    f"  # in {host}'s memory: read there, then not again"
+                )
+                uses.append({name, hosts[name]})
+                continue
             wrapper.append(
                 f"{name} = torch.empty_strided({meta.shape}, {plan.strides[name]}, "
                 f"dtype={meta.dtype}, device={str(meta.device)!r})"
             )
             uses.append({name})
-        if graph[step.stores[0]].meta.numel == 0:
+        if source is None:
             continue
-        source = families.generalize(WRITERS[step.kind](plan, step))
+        source = families.generalize(source)
         launcher = f"launch_{len(kernels)}"
         kernels.append(
             ENV.get_template(f"{step.kind}.py.j2")
@@ -132,6 +147,42 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         wrapper=wrapper,
     )
     return ModuleSource(text, calls)
+
+
+def _hosts(plan: Plan, storages: Storages, source: KernelSource, dying: list[str]) -> dict[str, str]:
+    """Store -> a buffer the kernel reads for the last time whose memory it can write it into, as
+    Inductor's in-place buffer reuse does: the kernel's own intermediate (not an input, output or
+    view of something), shaped, strided and typed like the store, and read only at the store's own
+    address, so each element is read by the program that overwrites it, before it does (any shape:
+    the addresses are what match). A backward's gradient of the MLP's hidden state goes into the
+    matmul result it came from."""
+    graph, hosts, taken = plan.graph, {}, set()
+    for name in source.kernel.stores:
+        meta = graph[name].meta
+        if name in storages.kept:  # an output is its own tensor, never a view of a dead intermediate
+            continue
+        for buffer in source.aligned.get(name, ()):
+            other = graph[buffer].meta
+            if (
+                buffer in dying
+                and buffer not in taken
+                and storages.owns_memory(buffer)
+                and buffer not in storages.inputs | storages.kept
+                and isinstance(other, TensorMeta)
+                and (other.dtype, other.device) == (meta.dtype, meta.device)
+                and other.stride == plan.strides.get(buffer, other.stride)
+                and _extent(other.shape, other.stride) == other.numel  # dense: it is all its memory
+                and _extent(meta.shape, plan.strides[name]) <= other.numel
+            ):
+                hosts[name] = buffer
+                taken.add(buffer)
+                break
+    return hosts
+
+
+def _extent(shape, stride) -> int:
+    """Elements from a tensor's first to its last, plus one."""
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
 
 
 def _freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:

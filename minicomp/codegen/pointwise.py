@@ -59,6 +59,7 @@ class PointwiseWriter(KernelWriter):
 
     def write(self) -> KernelSource:
         stores = []
+        store_offsets: dict[str, set[Expr]] = {}
         outs = out_pointers(self.kernel.stores)
         for part in range(self.split.parts if self.split else 1):
             root = self.root_index(part)
@@ -71,6 +72,7 @@ class PointwiseWriter(KernelWriter):
                 for e, stride in zip(root, self.plan.strides[name]):
                     offset = offset + e * stride
                 code = ops.cast(value, meta.dtype)
+                store_offsets.setdefault(name, set()).add(offset)
                 address = "offsets" if offset.is_const else paren(self.address(offset))  # const: numel 1
                 stores.append(f"tl.store({out} + {address}, {code}, mask=mask)")
         params = list(self.pointers.values()) + list(outs.values())
@@ -98,4 +100,10 @@ class PointwiseWriter(KernelWriter):
             body=defs + self.plain_loads + self.lines + stores,
             wide_index=needs_wide_index(self.graph, self.space.numel, args),
             parts=self.split.parts if self.split else 1,
+            aligned={}
+            if self.split
+            else {
+                name: tuple(b for b, loaded in self.load_offsets.items() if loaded == store_offsets[name])
+                for name in self.kernel.stores
+            },
         )

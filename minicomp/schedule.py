@@ -1,0 +1,105 @@
+"""The order a generated `call` runs its steps in: the plan's, or one that needs less memory.
+
+fusion.plan orders the steps by stage, which is a valid order but not a frugal
+one: a chain of view externs counts a stage each, so a backward ran the matmul
+that computes an MLP's hidden-state gradient, then the kernel that turns it into
+the gate and up gradients, and only then the matmul for `w_down`'s gradient,
+the last use of the saved activation it reads: three 88 MiB buffers alive with
+the saved one (a decoder block's training step, issue #16).
+
+`for_memory` replays the plan's steps against a model of the memory they hold
+(storages.py: what each step allocates, what is freed after the step that
+uses it last; of the inputs, only the backward's saved activations, which
+AOTAutograd hands over, are freed by their last use: parameters and tangents
+are the caller's) and builds a second order greedily: of the steps whose inputs are
+ready, the one that adds the fewest bytes (allocated minus freed), ties in the
+plan's order. It keeps the order with the lower modeled peak, the plan's on a
+tie, as Inductor's `reorder_for_peak_memory` compares several orders by their
+estimated peak. Externs that mutate or draw random numbers keep their order
+among themselves.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from dataclasses import replace
+
+import torch
+
+from minicomp.fusion import Extern, Kernel, Plan
+from minicomp.storages import Storages, defines, uses
+
+Step = Kernel | Extern
+
+
+def for_memory(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
+    """The plan with its steps in the order of lower modeled peak memory. `freed_inputs`: inputs
+    the caller hands over (a boxed backward's saved activations), freed at their last use."""
+    model = _Model(plan, Storages.of(plan), freed_inputs)
+    greedy = model.greedy()
+    if model.peak(greedy) < model.peak(list(range(len(plan.steps)))):
+        return replace(plan, steps=[plan.steps[i] for i in greedy])
+    return plan
+
+
+class _Model:
+    def __init__(self, plan: Plan, storages: Storages, freed_inputs: frozenset[str]):
+        self.steps = plan.steps
+        self.storages = storages
+        owner = storages.owner
+        self.touches = [{owner[n] for n in uses(plan, s) if n in owner} for s in plan.steps]
+        self.allocates = [
+            {owner[n] for n in defines(s) if owner.get(n) == n and n not in storages.inputs} for s in plan.steps
+        ]
+        self.freeable = {
+            o for o in storages.size if o not in storages.kept and (o in freed_inputs or o not in storages.inputs)
+        }
+        self.held_inputs = sum(storages.size[o] for o in storages.inputs if o in self.freeable)
+        made_by = {n: i for i, s in enumerate(plan.steps) for n in defines(s)}
+        self.after = [{made_by[n] for n in uses(plan, s) if made_by.get(n, i) != i} for i, s in enumerate(plan.steps)]
+        ordered = [i for i, s in enumerate(plan.steps) if _keeps_order(plan, s)]
+        for earlier, later in zip(ordered, ordered[1:]):
+            self.after[later].add(earlier)
+
+    def _freed(self, i: int, left: Counter) -> int:
+        return sum(self.storages.size[o] for o in self.touches[i] if left[o] == 1 and o in self.freeable)
+
+    def _run(self, i: int, left: Counter) -> None:
+        for o in self.touches[i]:
+            left[o] -= 1
+
+    def peak(self, order: list[int]) -> int:
+        """The most bytes held at once while the steps run in `order` (of inputs, the freed ones)."""
+        left = Counter(o for t in self.touches for o in t)
+        now = high = self.held_inputs
+        for i in order:
+            now += sum(self.storages.size[o] for o in self.allocates[i])
+            high = max(high, now)
+            now -= self._freed(i, left)
+            self._run(i, left)
+        return high
+
+    def greedy(self) -> list[int]:
+        left = Counter(o for t in self.touches for o in t)
+        done: set[int] = set()
+        order: list[int] = []
+        while len(order) < len(self.steps):
+            ready = [i for i in range(len(self.steps)) if i not in done and self.after[i] <= done]
+            best = min(
+                ready, key=lambda i: (sum(self.storages.size[o] for o in self.allocates[i]) - self._freed(i, left), i)
+            )
+            self._run(best, left)
+            done.add(best)
+            order.append(best)
+        return order
+
+
+def _keeps_order(plan: Plan, step: Step) -> bool:
+    """An extern whose place among its kind matters: it writes memory or draws random numbers."""
+    if not isinstance(step, Extern):
+        return False
+    target = plan.graph[step.node].target
+    if not isinstance(target, torch._ops.OpOverload):
+        return target is not operator.getitem
+    return target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
