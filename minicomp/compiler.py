@@ -91,7 +91,7 @@ def compile_graph(
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")
     plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
-    plan = schedule.for_memory(plan, freed_inputs)  # the order of the steps: the lower peak memory
+    plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text

@@ -192,7 +192,9 @@ def _views_between_externs(graph: Graph, kinds, reasons) -> None:
     input, or a computed value that a kernel writes with the strides eager gives it. A graph
     output that is such a view of an ATen result (a matmul's [B, S, D] view of its [B*S, D]
     result) is returned as that view too, as eager returns it; a view of an input is still
-    copied (the caller's input must not come back as an output)."""
+    copied (the caller's input must not come back as an output). A copy (`clone`) is a
+    computed value here: GQA's repeated k and v, saved for the backward as [B, K, G, S, D] and
+    read by attention as a [B, H, S, D] view, are written once, not once in each shape."""
     mutated = {src for _, src in graph.mutations}
     outputs = {o for o in graph.outputs if isinstance(o, str)}
     chain: set[str] = set()
@@ -202,7 +204,8 @@ def _views_between_externs(graph: Graph, kinds, reasons) -> None:
         if kinds[name] in ("input", "extern") or name in chain:
             return True
         meta = graph[name].meta
-        return kinds[name] != "view" and isinstance(meta, TensorMeta) and output_strides(meta) == meta.stride
+        computed = kinds[name] != "view" or graph[name].op_name in COPIES  # a clone is written like any value
+        return computed and isinstance(meta, TensorMeta) and output_strides(meta) == meta.stride
 
     for name in graph.order:
         node = graph[name]

@@ -7,7 +7,7 @@ the gate and up gradients, and only then the matmul for `w_down`'s gradient,
 the last use of the saved activation it reads: three 88 MiB buffers alive with
 the saved one (a decoder block's training step, issue #16).
 
-`for_memory` replays the plan's steps against a model of the memory they hold
+`order` replays the plan's steps against a model of the memory they hold
 (storages.py: what each step allocates, what is freed after the step that
 uses it last; of the inputs, only the backward's saved activations, which
 AOTAutograd hands over, are freed by their last use: parameters and tangents
@@ -16,7 +16,9 @@ ready, the one that adds the fewest bytes (allocated minus freed), ties in the
 plan's order. It keeps the order with the lower modeled peak, the plan's on a
 tie, as Inductor's `reorder_for_peak_memory` compares several orders by their
 estimated peak. Externs that mutate or draw random numbers keep their order
-among themselves.
+among themselves. Then each view extern moves to just before its first reader,
+so the Python calls that make views overlap the GPU's work instead of delaying
+the first launch (`_views_late`).
 """
 
 from __future__ import annotations
@@ -33,14 +35,49 @@ from minicomp.storages import Storages, defines, uses
 Step = Kernel | Extern
 
 
-def for_memory(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
-    """The plan with its steps in the order of lower modeled peak memory. `freed_inputs`: inputs
-    the caller hands over (a boxed backward's saved activations), freed at their last use."""
-    model = _Model(plan, Storages.of(plan), freed_inputs)
+def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
+    """The plan with its steps in the order of lower modeled peak memory, each view just before
+    its first use. `freed_inputs`: inputs the caller hands over (a boxed backward's saved
+    activations), freed at their last use."""
+    storages = Storages.of(plan)
+    model = _Model(plan, storages, freed_inputs)
+    steps = list(range(len(plan.steps)))
     greedy = model.greedy()
-    if model.peak(greedy) < model.peak(list(range(len(plan.steps)))):
-        return replace(plan, steps=[plan.steps[i] for i in greedy])
-    return plan
+    if model.peak(greedy) < model.peak(steps):
+        steps = greedy
+    steps = _views_late(plan, storages, steps)
+    return replace(plan, steps=[plan.steps[i] for i in steps])
+
+
+def _views_late(plan: Plan, storages: Storages, steps: list[int]) -> list[int]:
+    """`steps` with each view extern (a `view`, `permute`, ... of another value) moved to just
+    before the first step that reads it. A backward starts with dozens of them (the transposed
+    weights and saved activations its matmuls read): run first, their Python calls (~2 us each)
+    kept the GPU waiting for the first matmul; run late, they overlap the GPU's work. A
+    `getitem` stays where it is (it is what lets its tuple go)."""
+    view = {
+        i
+        for i in steps
+        if isinstance(plan.steps[i], Extern)
+        and plan.graph[plan.steps[i].node].target is not operator.getitem
+        and storages.owner.get(plan.steps[i].node) != plan.steps[i].node
+    }
+    made_by = {plan.steps[i].node: i for i in view}
+    done: set[int] = set()
+    out: list[int] = []
+
+    def emit(i: int) -> None:
+        for name in uses(plan, plan.steps[i]):
+            j = made_by.get(name)
+            if j is not None and j != i and j not in done:
+                emit(j)
+        done.add(i)
+        out.append(i)
+
+    for i in steps:
+        if i not in view:
+            emit(i)
+    return out + [i for i in steps if i not in done]  # views nothing reads (returned ones)
 
 
 class _Model:

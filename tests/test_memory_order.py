@@ -121,7 +121,7 @@ def _block_plan(freed: bool):
 def test_chosen_order_is_valid_and_never_models_a_higher_peak():
     plan, saved = _block_plan(freed=True)
     assert saved and not any(name.startswith(("primals", "tangents")) for name in saved)
-    ordered = schedule.for_memory(plan, saved)
+    ordered = schedule.order(plan, saved)
     model = schedule._Model(plan, storages.Storages.of(plan), saved)
     position = {id(step): i for i, step in enumerate(plan.steps)}
     assert model.peak([position[id(s)] for s in ordered.steps]) <= model.peak(list(range(len(plan.steps))))
@@ -141,7 +141,7 @@ def test_random_externs_keep_their_order():
     gm = torch.fx.experimental.proxy_tensor.make_fx(fn)(torch.randn(8, 8))
     plan = fusion.plan(ir.from_fx(gm))
     randoms = [s.node for s in plan.steps if isinstance(s, fusion.Extern) and "rand" in s.node]
-    ordered = schedule.for_memory(plan)
+    ordered = schedule.order(plan)
     assert [s.node for s in ordered.steps if isinstance(s, fusion.Extern) and "rand" in s.node] == randoms
 
 

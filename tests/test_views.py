@@ -142,3 +142,17 @@ def test_data_dependent_index_runs_in_aten(device):
     idx = torch.tensor([4, 0, 2], device=device)
     source = check(lambda x, i: x[i] * 2 + 1, x, idx)
     assert "torch.ops.aten.index" in source
+
+
+def test_a_copy_read_by_aten_through_a_view_is_written_once(device):
+    """GQA's repeat_kv: the expanded k is a clone the caller keeps ([B, K, G, S, D]) and a matmul
+    reads as [B, H, S, D]; one kernel writes it once and the matmul takes an ATen view of it (the
+    decoder block's forward wrote both shapes, in two kernels: 64 MiB more a step)."""
+    k, w = torch.randn(2, 2, 5, 8, device=device), torch.randn(8, 8, device=device)
+
+    def repeat_kv(k, w):
+        r = (k * 2)[:, :, None].expand(2, 2, 3, 5, 8).clone()
+        return r.reshape(2, 6, 5, 8) @ w, r
+
+    source = check(repeat_kv, k, w, kernels=1)
+    assert "= clone.view([2, 6, 5, 8])" in source
