@@ -43,6 +43,30 @@ def rope(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+def rope_neox_partial(q, k, cos, sin):
+    """GPT-NeoX's partial rotary: the first cos.shape[-1] dims of each head rotate (a quarter of
+    them in the bench), the rest pass through."""
+    r = cos.shape[-1]
+
+    def one(x):
+        rot, rest = x[..., :r], x[..., r:]
+        return torch.cat((rot * cos + rotate_half(rot) * sin, rest), dim=-1)
+
+    return one(q), one(k)
+
+
+def rope_gptj(q, k, cos, sin):
+    """GPT-J's rotary: interleaved pairs (x0, x1) -> (-x1, x0); cos and sin of [S, D/2], each
+    repeated for the two elements of its pair."""
+    cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+
+    def one(x):
+        rotated = torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
+        return x * cos + rotated * sin
+
+    return one(q), one(k)
+
+
 def rms_norm(x, w):  # Hugging Face's LlamaRMSNorm.forward
     h = x.float()
     variance = h.pow(2).mean(-1, keepdim=True)
@@ -124,6 +148,22 @@ def _rope_inputs(requires_grad: bool):
     return make
 
 
+def _rope_forms(q_heads: int, k_heads: int, rotary: int, transposed: bool = False):
+    """q, k of [4, heads, S, 128] (views of [4, S, heads, 128] projections when `transposed`,
+    as Llama's q/k are), cos and sin of [S, rotary]."""
+
+    def make(seq: int, dtype, device):
+        def heads(n):
+            if transposed:
+                return torch.randn(4, seq, n, 128, dtype=dtype, device=device).transpose(1, 2)
+            return torch.randn(4, n, seq, 128, dtype=dtype, device=device)
+
+        cos, sin = (torch.randn(seq, rotary, dtype=dtype, device=device) for _ in range(2))
+        return [heads(q_heads), heads(k_heads), cos, sin]
+
+    return make
+
+
 def _rows(n_inputs: int, n_weights: int, width: int = 4096, grad: bool = False):
     def make(rows: int, dtype, device):
         xs = [torch.randn(rows, width, dtype=dtype, device=device, requires_grad=grad) for _ in range(n_inputs)]
@@ -166,6 +206,7 @@ ROWS = [512, 2048, 8192]  # x of [rows, 8192]; 8192 rows is the headline [8192, 
 NORM_ROWS = [2048, 8192, 32768]  # x of [rows, 4096]; the headline is the issue's [32768, 4096]
 VOCAB_ROWS = [1024, 4096, 8192]  # logits of [rows, 32000]
 SEQS = [128, 512, 2048, 8192]  # q, k of [8, 32, S, 128]
+ROPE_SEQS = [512, 2048]  # the RoPE forms' q, k of [4, heads, S, 128]
 
 WORKLOADS = {
     w.name: w
@@ -177,6 +218,12 @@ WORKLOADS = {
         Workload("swiglu", swiglu, _matrix(2, False), ROWS),
         Workload("rope_fw", rope, _rope_inputs(False), SEQS),
         Workload("rope_fwbw", rope, _rope_inputs(True), SEQS, backward=True),
+        # RoPE as real models lay it out (issue #18): Llama with GQA (32 q heads, 8 k heads, q/k
+        # transposed views of [B, S, H, D]), GPT-NeoX's partial rotary (a quarter of the head
+        # dim), GPT-J's interleaved pairs
+        Workload("rope_gqa", rope, _rope_forms(32, 8, 128, transposed=True), ROPE_SEQS),
+        Workload("rope_neox_partial", rope_neox_partial, _rope_forms(32, 32, 32), ROPE_SEQS),
+        Workload("rope_gptj", rope_gptj, _rope_forms(32, 32, 64), ROPE_SEQS),
         Workload("rms_norm", rms_norm, _rows(1, 1), NORM_ROWS),
         Workload("add_rms_norm", add_rms_norm, _rows(2, 1), NORM_ROWS),
         Workload("layer_norm", layer_norm, _rows(1, 2), NORM_ROWS),

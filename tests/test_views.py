@@ -156,3 +156,19 @@ def test_a_copy_read_by_aten_through_a_view_is_written_once(device):
 
     source = check(repeat_kv, k, w, kernels=1)
     assert "= clone.view([2, 6, 5, 8])" in source
+
+
+@pytest.mark.parametrize(
+    "name, kernels",
+    [("rope_gqa", 2), ("rope_neox_partial", 1), ("rope_gptj", 1)],  # GQA: one kernel per head count
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_forms_of_real_models(device, name, kernels, dtype):
+    """The bench's RoPE forms (issue #18) at a tiny sequence: Llama with GQA on transposed q/k,
+    GPT-NeoX's partial rotary, GPT-J's interleaved pairs, against eager."""
+    from minicomp.workloads import WORKLOADS
+
+    work = WORKLOADS[name]
+    inputs = work.make(3, dtype, device)
+    call = check(work.fn, *inputs, kernels=kernels).split("def call(")[1]
+    assert "torch.ops" not in call and "contiguous(" not in call  # no ATen copies of q, k
