@@ -40,16 +40,17 @@ def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
     its first use. `freed_inputs`: inputs the caller hands over (a boxed backward's saved
     activations), freed at their last use."""
     storages = Storages.of(plan)
-    model = _Model(plan, storages, freed_inputs)
+    touched = [uses(plan, step) for step in plan.steps]
+    model = _Model(plan, storages, freed_inputs, touched)
     steps = list(range(len(plan.steps)))
     greedy = model.greedy()
     if model.peak(greedy) < model.peak(steps):
         steps = greedy
-    steps = _views_late(plan, storages, steps)
+    steps = _views_late(plan, storages, steps, touched)
     return replace(plan, steps=[plan.steps[i] for i in steps])
 
 
-def _views_late(plan: Plan, storages: Storages, steps: list[int]) -> list[int]:
+def _views_late(plan: Plan, storages: Storages, steps: list[int], touched: list[set[str]]) -> list[int]:
     """`steps` with each view extern (a `view`, `permute`, ... of another value) moved to just
     before the first step that reads it. A backward starts with dozens of them (the transposed
     weights and saved activations its matmuls read): run first, their Python calls (~2 us each)
@@ -67,7 +68,7 @@ def _views_late(plan: Plan, storages: Storages, steps: list[int]) -> list[int]:
     out: list[int] = []
 
     def emit(i: int) -> None:
-        for name in uses(plan, plan.steps[i]):
+        for name in touched[i]:
             j = made_by.get(name)
             if j is not None and j != i and j not in done:
                 emit(j)
@@ -81,11 +82,11 @@ def _views_late(plan: Plan, storages: Storages, steps: list[int]) -> list[int]:
 
 
 class _Model:
-    def __init__(self, plan: Plan, storages: Storages, freed_inputs: frozenset[str]):
+    def __init__(self, plan: Plan, storages: Storages, freed_inputs: frozenset[str], touched: list[set[str]]):
         self.steps = plan.steps
         self.storages = storages
         owner = storages.owner
-        self.touches = [{owner[n] for n in uses(plan, s) if n in owner} for s in plan.steps]
+        self.touches = [{owner[n] for n in names if n in owner} for names in touched]
         self.allocates = [
             {owner[n] for n in defines(s) if owner.get(n) == n and n not in storages.inputs} for s in plan.steps
         ]
@@ -94,7 +95,7 @@ class _Model:
         }
         self.held_inputs = sum(storages.size[o] for o in storages.inputs if o in self.freeable)
         made_by = {n: i for i, s in enumerate(plan.steps) for n in defines(s)}
-        self.after = [{made_by[n] for n in uses(plan, s) if made_by.get(n, i) != i} for i, s in enumerate(plan.steps)]
+        self.after = [{made_by[n] for n in names if made_by.get(n, i) != i} for i, names in enumerate(touched)]
         ordered = [i for i, s in enumerate(plan.steps) if _keeps_order(plan, s)]
         for earlier, later in zip(ordered, ordered[1:]):
             self.after[later].add(earlier)
@@ -119,16 +120,24 @@ class _Model:
 
     def greedy(self) -> list[int]:
         left = Counter(o for t in self.touches for o in t)
-        done: set[int] = set()
+        waiting = [len(a) for a in self.after]  # steps each step still waits for
+        unblocks: list[list[int]] = [[] for _ in self.steps]
+        for i, before in enumerate(self.after):
+            for j in before:
+                unblocks[j].append(i)
+        ready = {i for i, n in enumerate(waiting) if n == 0}
         order: list[int] = []
-        while len(order) < len(self.steps):
-            ready = [i for i in range(len(self.steps)) if i not in done and self.after[i] <= done]
+        while ready:
             best = min(
                 ready, key=lambda i: (sum(self.storages.size[o] for o in self.allocates[i]) - self._freed(i, left), i)
             )
             self._run(best, left)
-            done.add(best)
+            ready.discard(best)
             order.append(best)
+            for i in unblocks[best]:
+                waiting[i] -= 1
+                if waiting[i] == 0:
+                    ready.add(i)
         return order
 
 

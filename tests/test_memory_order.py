@@ -122,7 +122,7 @@ def test_chosen_order_is_valid_and_never_models_a_higher_peak():
     plan, saved = _block_plan(freed=True)
     assert saved and not any(name.startswith(("primals", "tangents")) for name in saved)
     ordered = schedule.order(plan, saved)
-    model = schedule._Model(plan, storages.Storages.of(plan), saved)
+    model = schedule._Model(plan, storages.Storages.of(plan), saved, [storages.uses(plan, s) for s in plan.steps])
     position = {id(step): i for i, step in enumerate(plan.steps)}
     assert model.peak([position[id(s)] for s in ordered.steps]) <= model.peak(list(range(len(plan.steps))))
     assert sorted(map(id, ordered.steps)) == sorted(map(id, plan.steps))
