@@ -26,10 +26,19 @@ def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int
 
 def write(plan: Plan, kernel: Kernel) -> KernelSource:
     """The kernel's source, walking a dim in parts where its cat/slice boundaries allow."""
-    writer = PointwiseWriter(plan, kernel)
-    source = writer.write()
+    writer, source = _surveyed(plan, kernel)
     split = splitting.choose(writer.space, writer.boundaries)
-    return source if split is None else PointwiseWriter(plan, kernel, split).write()
+    return source if split is None else _surveyed(plan, kernel, split)[1]
+
+
+def _surveyed(plan: Plan, kernel: Kernel, split: splitting.Split | None = None):
+    """(writer, source) written twice: the first pass surveys which addresses are loaded under
+    which conditions, so the second loads an address once where it is read under complementary
+    conditions (KernelWriter.merged_mask)."""
+    survey = PointwiseWriter(plan, kernel, split)
+    survey.write()
+    writer = PointwiseWriter(plan, kernel, split, survey.requests)
+    return writer, writer.write()
 
 
 class PointwiseWriter(KernelWriter):
@@ -37,7 +46,7 @@ class PointwiseWriter(KernelWriter):
     root_mask = "mask"
     reserved = ("offsets", "mask", "pid")
 
-    def __init__(self, plan: Plan, kernel: Kernel, split: splitting.Split | None = None):
+    def __init__(self, plan: Plan, kernel: Kernel, split: splitting.Split | None = None, survey: dict | None = None):
         first = plan.graph[kernel.stores[0]].meta
         self.order = iteration_order(plan.strides[kernel.stores[0]], first.shape)
         self.full_shape = [first.shape[d] for d in self.order]
@@ -45,7 +54,7 @@ class PointwiseWriter(KernelWriter):
         shape = list(self.full_shape)
         if split is not None:
             shape[split.dim] = split.size
-        super().__init__(plan, kernel, IterationSpace(shape, base="offsets"))
+        super().__init__(plan, kernel, IterationSpace(shape, base="offsets"), survey)
 
     def root_index(self, part: int = 0) -> tuple[Expr, ...]:
         """The index of a stored value: logical dim order[k] walks variable x_k
