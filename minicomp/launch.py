@@ -54,8 +54,19 @@ QUEUE_CYCLES = 4_000_000  # GPU clock cycles of sleep the timed launches queue b
 class Launch:
     """One kernel of a generated module, launched as cheaply as Triton allows."""
 
-    def __init__(self, kernel, numel: int, device: str, parts: int = 1, row: int = 0, extent: int = 0, groups: int = 0):
+    def __init__(
+        self,
+        kernel,
+        numel: int,
+        device: str,
+        parts: int = 1,
+        row: int = 0,
+        extent: int = 0,
+        groups: int = 0,
+        pieces: tuple[int, ...] = (),
+    ):
         self.kernel, self.numel, self.device = kernel, numel, torch.device(device)
+        self.pieces = pieces  # a combined launch (templates/combo.py.j2): each kernel's elements
         self.parts = parts  # elements written per offset
         self.row = row  # a reduction kernel's RBLOCK (numel then counts rows), else 0
         self.extent = extent  # a reduction kernel's row length (its work is numel * extent)
@@ -75,6 +86,8 @@ class Launch:
         self._configs: list[tuple[int, int]] = []  # what `prepare` found the first call may choose
 
     def grid(self, block: int) -> int:
+        if self.pieces:  # each piece's programs, one after the other
+            return sum(-(-n // block) for n in self.pieces)
         return self.groups or -(-self.numel // block)
 
     @property
@@ -285,11 +298,26 @@ class Launch:
         version and `parts`: names files on disk."""
         import triton
 
-        source = re.sub(rf"\b{re.escape(self.name)}\b", "KERNEL", self.kernel.src) if skeleton else self.kernel.src
+        source = self._text()
+        source = re.sub(rf"\b{re.escape(self.name)}\b", "KERNEL", source) if skeleton else source
         text = "\n".join(
             [source, torch.cuda.get_device_name(self.device), triton.__version__] + [repr(p) for p in parts]
         )
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def _text(self) -> str:
+        """The kernel's source and that of each @triton.jit function it calls (a combined launch's
+        parts, a reduction's helpers): what its binary is made of, so what a record of it must be
+        named by. (A combined launch's own text names its parts but does not hold them: two
+        modules' combos of the same text may call different parts.)"""
+        import triton
+
+        source, names = self.kernel.src, getattr(getattr(self.kernel, "fn", None), "__globals__", {})
+        called = sorted(set(re.findall(r"\b(\w+)\(", source)))
+        parts = [
+            names[n].src for n in called if isinstance(names.get(n), triton.JITFunction) and names[n] is not self.kernel
+        ]
+        return "\n".join([source, *parts])
 
     # -- compiling ahead of the first call ---------------------------------------
     def prepare(self, signature: list) -> None:

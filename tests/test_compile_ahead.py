@@ -188,9 +188,9 @@ def test_triton_starts_once_per_device_for_the_first_cuda_argument(monkeypatch):
     monkeypatch.setattr(compile_pool, "_start_triton", lambda index: started.append(index))
     compile_pool.start_triton([torch.randn(2), 3, "text"])
     assert compile_pool._TRITON_STARTED == {}
-    with FakeTensorMode():  # a CUDA tensor on a machine without a GPU, as Dynamo's example inputs are
-        on_gpu = torch.empty(2, device="cuda:1")
+    with FakeTensorMode():  # a CUDA tensor even without a GPU, as Dynamo's example inputs are
+        on_gpu = torch.empty(2, device="cuda:0")  # (cuda:1 does not exist on a one-GPU machine)
     compile_pool.start_triton([torch.randn(2), on_gpu])
     compile_pool.start_triton([on_gpu])
-    compile_pool.triton_started(1)
-    assert started == [1] and list(compile_pool._TRITON_STARTED) == [1]
+    compile_pool.triton_started(0)
+    assert started == [0] and list(compile_pool._TRITON_STARTED) == [0]

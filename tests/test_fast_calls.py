@@ -288,3 +288,32 @@ def test_compile_breakdown_names_each_stage(device):
     assert kernels == (len(compiled.kernels) if device.type == "cuda" else 0)  # the interpreter compiles nothing
     assert parts["triton compiles"] <= (len(compiled.kernels) if device.type == "cuda" else 0)
     assert "compile time" in str(minicomp.explain(fn, x, b))
+
+
+COMBO = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def part(x_ptr, n_elements, pid, BLOCK_SIZE: tl.constexpr):
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n_elements) {op}, mask=offsets < n_elements)
+
+
+@triton.jit
+def combo(x_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    part(x_ptr, n_elements, tl.program_id(0), BLOCK_SIZE)
+"""
+
+
+def test_a_kernel_is_named_on_disk_by_the_functions_it_calls_too():
+    """A combined launch's text names its parts without holding them: two modules' combos of one
+    text may call different parts, and must not share a launch or tuning record."""
+    from minicomp import launch
+
+    texts = []
+    for op in ("* 2", "+ 1"):
+        module = runtime.load(COMBO.format(op=op), f"combo_text_{len(texts)}", interpret=False)
+        texts.append(launch.Launch(module.combo, numel=8, device="cpu")._text())
+    assert texts[0] != texts[1] and all("def part" in t for t in texts)

@@ -17,11 +17,20 @@ def test_rope_q_and_k_share_one_kernel(device, dtype):
     assert "q_ptr + (offsets + 4)" in source and "q_ptr + (offsets - 4)" in source
 
 
-def test_rope_grouped_query_attention_is_two_kernels(device):
+def test_rope_grouped_query_attention_is_one_launch(device):
+    """q and k of different head counts are two iteration spaces, so two kernels, in one launch:
+    each a @triton.jit function called by the programs of its range (templates/combo.py.j2)."""
     q = torch.randn(2, 8, 5, 16, device=device)
     k = torch.randn(2, 2, 5, 16, device=device)  # fewer k heads
     cos, sin = torch.randn(5, 16, device=device), torch.randn(5, 16, device=device)
-    check(w.rope, q, k, cos, sin, kernels=2)
+    source = check(w.rope, q, k, cos, sin, kernels=1)
+    assert "pieces=(" in source and "if pid < first:" in source
+
+
+def test_dependent_or_reduction_kernels_keep_their_own_launches(device):
+    x, v = torch.randn(6, 32, device=device), torch.randn(6, 8, device=device)
+    check(lambda x, v: (torch.softmax(x, -1) * 2, v.exp()), x, v, kernels=2)  # a reduction kernel
+    check(lambda x, v: ((x * 2) @ torch.ones(32, 8, device=x.device)).exp() + v, x, v, kernels=2)  # mm between
 
 
 @pytest.mark.parametrize("layout", ["SD", "BSD-unsqueeze", "11SD"])
@@ -107,7 +116,7 @@ def test_view_family(device):
 
 def test_split_chunk_unbind(device):
     x = torch.randn(6, 8, device=device)
-    check(lambda x: [p * 2 for p in x.split(3, dim=1)], x, kernels=2)  # widths 3, 3, 2: two shapes
+    check(lambda x: [p * 2 for p in x.split(3, dim=1)], x, kernels=1)  # widths 3, 3, 2: two shapes, one launch
     check(lambda x: [p + i for i, p in enumerate(x.chunk(3, dim=0))], x, kernels=1)
     check(lambda x: sum(p * p for p in x.unbind(1)), x, kernels=1)
     check(lambda x: x.split([1, 2, 5], dim=1)[2].exp(), x, kernels=1)
@@ -160,7 +169,7 @@ def test_a_copy_read_by_aten_through_a_view_is_written_once(device):
 
 @pytest.mark.parametrize(
     "name, kernels",
-    [("rope_gqa", 2), ("rope_neox_partial", 1), ("rope_gptj", 1)],  # GQA: one kernel per head count
+    [("rope_gqa", 1), ("rope_neox_partial", 1), ("rope_gptj", 1)],  # GQA: two kernels, one launch
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_forms_of_real_models(device, name, kernels, dtype):

@@ -72,8 +72,29 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
     uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
     storages = Storages.of(plan)
     last = {name: i for i, step in enumerate(plan.steps) for name in step_uses(plan, step)}
+    pending: tuple[KernelSource, Kernel] | None = None  # a kernel whose launch may take the next one along
+
+    def launch(parts: list[tuple[KernelSource, Kernel]]) -> None:
+        launcher = f"launch_{len(kernels)}"
+        if len(parts) == 1:
+            [(source, kernel)] = parts
+            text = ENV.get_template(f"{kernel.kind}.py.j2").render(
+                **vars(source), launcher=launcher, device=str(device)
+            )
+            args, scalars, name = list(source.args), (source.numel, *source.size_values), source.name
+        else:
+            text, args, scalars, name = _combo(parts, launcher, device)
+        kernels.append(text.rstrip())
+        stores = tuple(n for _, kernel in parts for n in kernel.stores)
+        calls.append(KernelCall(launcher, name, parts[0][1].kind, tuple(args), stores, scalars))
+        wrapper.append(f"{launcher}({', '.join(args + [str(v) for v in scalars])})  # {name}")
+        uses.append(set(args))
+
     for at, step in enumerate(plan.steps):
         if isinstance(step, Extern):
+            if pending:
+                launch([pending])
+                pending = None
             wrapper.append(_extern_line(graph[step.node]))
             uses.append({step.node, *graph[step.node].inputs()})
             continue
@@ -98,24 +119,25 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         if source is None:
             continue
         source = families.generalize(source)
-        launcher = f"launch_{len(kernels)}"
-        kernels.append(
-            ENV.get_template(f"{step.kind}.py.j2")
-            .render(**vars(source), launcher=launcher, device=str(device))
-            .rstrip()
-        )
-        calls.append(
-            KernelCall(
-                launcher,
-                source.name,
-                step.kind,
-                tuple(source.args),
-                tuple(step.stores),
-                (source.numel, *source.size_values),
-            )
-        )
-        wrapper.append(f"{launcher}({', '.join(source.args + [str(v) for v in calls[-1].scalars])})  # {source.name}")
-        uses.append(set(source.args))
+        alone = not (_combinable(source, step) and not hosts)
+        if (
+            pending
+            and not alone
+            and _independent(pending[1], step)
+            and (pending[0].wide_index, pending[0].parts) == (source.wide_index, source.parts)
+        ):
+            launch([pending, (source, step)])
+            pending = None
+            continue
+        if pending:
+            launch([pending])
+            pending = None
+        if alone:
+            launch([(source, step)])
+        else:
+            pending = (source, step)
+    if pending:
+        launch([pending])
     wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
     uses += [{dst, src} for dst, src in plan.graph.mutations]
     wrapper = _freed(wrapper, uses, graph)
@@ -147,6 +169,39 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         wrapper=wrapper,
     )
     return ModuleSource(text, calls)
+
+
+def _combinable(source: KernelSource, kernel: Kernel) -> bool:
+    """Whether a kernel may share a launch with the next one (issue #18: RoPE's q with 32 heads and
+    k with 8 are two iteration spaces, so two kernels; one launch has one tail, not two): a
+    pointwise kernel without runtime sizes (a family member keeps its own launch), not writing
+    in place (`_hosts`); the two must write the same elements per offset (`parts`)."""
+    return kernel.kind == "pointwise" and not source.sizes
+
+
+def _independent(first: Kernel, second: Kernel) -> bool:
+    """Neither reads what the other writes: their programs may run in any order."""
+    return not (set(second.loads) & set(first.stores) or set(first.loads) & set(second.stores))
+
+
+def _combo(parts: list[tuple[KernelSource, Kernel]], launcher: str, device) -> tuple[str, list[str], tuple, str]:
+    """(text, buffers, scalars, name) of one launch for two pointwise kernels
+    (templates/combo.py.j2): each kernel's body becomes a @triton.jit function of its own (its
+    names stay its own), called by the programs of its range."""
+    buffers = list(dict.fromkeys(b for source, _ in parts for b in source.args))
+    name = "_".join(source.name for source, _ in parts)[:120]
+    text = ENV.get_template("combo.py.j2").render(
+        parts=[source for source, _ in parts],
+        calls=[[f"{b}_ptr" for b in source.args] for source, _ in parts],
+        name=name,
+        params=[f"{b}_ptr" for b in buffers],
+        numel=sum(source.numel for source, _ in parts),
+        pieces=tuple(source.numel for source, _ in parts),
+        elements_per_offset=parts[0][0].parts,
+        launcher=launcher,
+        device=str(device),
+    )
+    return text, buffers, tuple(source.numel for source, _ in parts), name
 
 
 def _hosts(plan: Plan, storages: Storages, source: KernelSource, dying: list[str]) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
     module.py.j2      a generated module: docstring (graph, plan), kernels, `call`
     pointwise.py.j2   a kernel of kind "pointwise": one flat index space, 1-D grid
+    combo.py.j2       two independent pointwise kernels in one launch (codegen/module.py `_combinable`)
 
 One template per kernel kind: a kind's writer (codegen/) fills its template.
 """
