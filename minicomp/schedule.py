@@ -62,6 +62,7 @@ def _views_late(plan: Plan, storages: Storages, steps: list[int], touched: list[
         if isinstance(plan.steps[i], Extern)
         and plan.graph[plan.steps[i].node].target is not operator.getitem
         and storages.owner.get(plan.steps[i].node) != plan.steps[i].node
+        and not _keeps_order(plan, plan.steps[i])
     }
     made_by = {plan.steps[i].node: i for i in view}
     done: set[int] = set()

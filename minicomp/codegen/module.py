@@ -119,7 +119,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         if source is None:
             continue
         source = families.generalize(source)
-        alone = not (_combinable(source, step) and not hosts)
+        alone = not _combinable(source, step, hosts)
         if (
             pending
             and not alone
@@ -171,12 +171,14 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
     return ModuleSource(text, calls)
 
 
-def _combinable(source: KernelSource, kernel: Kernel) -> bool:
-    """Whether a kernel may share a launch with the next one (issue #18: RoPE's q with 32 heads and
+def _combinable(source: KernelSource, kernel: Kernel, hosts: dict[str, str]) -> bool:
+    """Whether a kernel may share a launch with a neighbour (issue #18: RoPE's q with 32 heads and
     k with 8 are two iteration spaces, so two kernels; one launch has one tail, not two): a
-    pointwise kernel without runtime sizes (a family member keeps its own launch), not writing
-    in place (`_hosts`); the two must write the same elements per offset (`parts`)."""
-    return kernel.kind == "pointwise" and not source.sizes
+    pointwise kernel without runtime sizes (a family member keeps its own launch) and not
+    writing in place (`_hosts`). The caller also asks the pair to be independent and to write
+    the same elements per offset (`parts`). The second kernel's outputs are then allocated
+    before the first runs (the decoder block's peak did not move: 662.6 MiB)."""
+    return kernel.kind == "pointwise" and not source.sizes and not hosts
 
 
 def _independent(first: Kernel, second: Kernel) -> bool:
@@ -207,10 +209,10 @@ def _combo(parts: list[tuple[KernelSource, Kernel]], launcher: str, device) -> t
 def _hosts(plan: Plan, storages: Storages, source: KernelSource, dying: list[str]) -> dict[str, str]:
     """Store -> a buffer the kernel reads for the last time whose memory it can write it into, as
     Inductor's in-place buffer reuse does: the kernel's own intermediate (not an input, output or
-    view of something), shaped, strided and typed like the store, and read only at the store's own
-    address, so each element is read by the program that overwrites it, before it does (any shape:
-    the addresses are what match). A backward's gradient of the MLP's hidden state goes into the
-    matmul result it came from."""
+    view of something), dense, of the store's dtype and large enough, and read only at the store's
+    own address, so each element is read by the program that overwrites it, before it does (any
+    shape: the addresses are what match). A backward's gradient of the MLP's hidden state goes
+    into the matmul result it came from."""
     graph, hosts, taken = plan.graph, {}, set()
     for name in source.kernel.stores:
         meta = graph[name].meta

@@ -162,8 +162,9 @@ def _one_and(op: Op, sign: int) -> str | None:
     far below a 16-bit rounding; float32 results keep eager's exact path). The same in real
     arithmetic, and
 
-    - cheaper: libdevice's tanh takes some 20 instructions a value (erf 30); they left bfloat16
-      GELU bound by arithmetic, not memory (tanh form 1.40x the floor; 1.13x with this);
+    - cheaper: libdevice's tanh and erf left bfloat16 GELU bound by arithmetic, not memory (41.5
+      and 44.5 SASS instructions a value for the tanh and erf forms, 26.75 and 28.25 with these:
+      benchmarks/experiments/gelu_sass.py; 1.40x and 1.64x the floor on an H200, now 1.09x, 1.10x);
     - better conditioned: where f(z) is within an ulp of -1 (or +1), the sum cancels and eager's
       own float32 result keeps few correct bits; these forms subtract nothing.
 
@@ -205,10 +206,10 @@ LOG2E = 1.4426950408889634
 
 
 def _erfc16(op: Op, x: str, scale: float) -> str:
-    """erfc(scale * x), for a value rounded to 16 bits: 20 instructions a value in GELU where
-    libdevice's erf takes 37 (sm_90 SASS), relative error 1.5e-5 everywhere, tails included
-    (GELU of -9 is -1e-19, not 0). The scale folds into t's multiply-add and the exponent's (the
-    exponent in base 2, log2(e) folded into P); the division is the GPU's approximate one."""
+    """erfc(scale * x), for a value rounded to 16 bits: relative error 1.5e-5 everywhere, tails
+    included (GELU of -9 is -1e-19, not 0), in fewer instructions than libdevice's erf (`_one_and`).
+    The scale folds into t's multiply-add and the exponent's (the exponent in base 2, log2(e)
+    folded into P); the division is the GPU's approximate one."""
     t = op.temp(f"libdevice.fast_dividef(1.0, 1.0 + {0.5 * abs(scale)!r} * tl.abs({x}))")
     poly = repr(ERFC16[0] * LOG2E)
     for c in ERFC16[1:]:  # Horner
