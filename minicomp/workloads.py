@@ -148,15 +148,15 @@ def _rope_inputs(requires_grad: bool):
     return make
 
 
-def _rope_forms(q_heads: int, k_heads: int, rotary: int, transposed: bool = False):
+def _rope_forms(q_heads: int, k_heads: int, rotary: int, transposed: bool = False, grad: bool = False):
     """q, k of [4, heads, S, 128] (views of [4, S, heads, 128] projections when `transposed`,
-    as Llama's q/k are), cos and sin of [S, rotary]."""
+    as Llama's q/k are; requiring grad when `grad`), cos and sin of [S, rotary]."""
 
     def make(seq: int, dtype, device):
         def heads(n):
             if transposed:
-                return torch.randn(4, seq, n, 128, dtype=dtype, device=device).transpose(1, 2)
-            return torch.randn(4, n, seq, 128, dtype=dtype, device=device)
+                return torch.randn(4, seq, n, 128, dtype=dtype, device=device).transpose(1, 2).requires_grad_(grad)
+            return torch.randn(4, n, seq, 128, dtype=dtype, device=device, requires_grad=grad)
 
         cos, sin = (torch.randn(seq, rotary, dtype=dtype, device=device) for _ in range(2))
         return [heads(q_heads), heads(k_heads), cos, sin]
@@ -224,6 +224,11 @@ WORKLOADS = {
         Workload("rope_gqa", rope, _rope_forms(32, 8, 128, transposed=True), ROPE_SEQS),
         Workload("rope_neox_partial", rope_neox_partial, _rope_forms(32, 32, 32), ROPE_SEQS),
         Workload("rope_gptj", rope_gptj, _rope_forms(32, 32, 64), ROPE_SEQS),
+        Workload("rope_gqa_fwbw", rope, _rope_forms(32, 8, 128, transposed=True, grad=True), ROPE_SEQS, backward=True),
+        Workload(
+            "rope_neox_partial_fwbw", rope_neox_partial, _rope_forms(32, 32, 32, grad=True), ROPE_SEQS, backward=True
+        ),
+        Workload("rope_gptj_fwbw", rope_gptj, _rope_forms(32, 32, 64, grad=True), ROPE_SEQS, backward=True),
         Workload("rms_norm", rms_norm, _rows(1, 1), NORM_ROWS),
         Workload("add_rms_norm", add_rms_norm, _rows(2, 1), NORM_ROWS),
         Workload("layer_norm", layer_norm, _rows(1, 2), NORM_ROWS),

@@ -5,6 +5,8 @@ import torch
 import workloads as w
 from conftest import check
 
+import minicomp
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -197,3 +199,19 @@ def test_an_address_read_under_complementary_conditions_is_loaded_once(device):
     x, y = torch.randn(4, 100, device=device), torch.randn(4, 100, device=device)
     source = check(lambda x, y: torch.cat([x[:, :37] * 2, y[:, 37:]], dim=1), x, y, kernels=1)
     assert "tl.load(x_ptr + offsets, mask=mask & (x1 < 37)" in source  # 37 of x's 100 columns
+
+
+@pytest.mark.parametrize("name", ["rope_gqa_fwbw", "rope_neox_partial_fwbw", "rope_gptj_fwbw"])
+def test_rope_forms_of_real_models_backward(device, name):
+    """The bench's RoPE forms, forward and backward: q's and k's gradients against eager."""
+    from minicomp.workloads import WORKLOADS
+
+    work = WORKLOADS[name]
+    inputs = work.make(3, torch.float32, device)
+    eager = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    outs = minicomp.jit(work.fn, fallback="raise")(*inputs)
+    grads = [torch.randn_like(o) for o in outs]
+    torch.autograd.backward(outs, grads)
+    torch.autograd.backward(work.fn(*eager), grads)
+    for got, want in zip(inputs[:2], eager[:2]):
+        torch.testing.assert_close(got.grad, want.grad)
