@@ -8,6 +8,7 @@ Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import types
@@ -80,11 +81,13 @@ def compile_graph(
     input_names: list[str] | None = None,
     families: Families | None = None,
     freed_inputs: frozenset[str] = frozenset(),
+    output_layouts: list[tuple[int, ...] | None] | None = None,
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text.
     `freed_inputs`: inputs the caller hands over (a backward's saved activations), so the order
-    of the steps may count on their memory going at their last use (schedule.py)."""
+    of the steps may count on their memory going at their last use (schedule.py).
+    `output_layouts`: strides wanted for the outputs, by position (a backward's: its leaves')."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
@@ -92,6 +95,7 @@ def compile_graph(
     clock.lap("ir")
     plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
+    plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text
@@ -108,6 +112,35 @@ def compile_graph(
     boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
     boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
     return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+
+
+def _with_output_layouts(plan: Plan, layouts: list[tuple[int, ...] | None]) -> Plan:
+    """The plan with each output a pointwise kernel writes, and nothing else reads, allocated with
+    the strides `layouts` gives its position (when they lay its shape out densely, without
+    overlap): a backward's input gradients in their leaves' layouts (autograd.input_layouts).
+    The kernel walks its space in the order of those strides, so its stores stay contiguous."""
+    graph, strides = plan.graph, dict(plan.strides)
+    pointwise = {name for k in plan.kernels if k.kind == "pointwise" for name in k.stores}
+    for name, wanted in zip(graph.outputs, layouts):
+        if not isinstance(name, str) or wanted is None or name not in pointwise or graph.users(name):
+            continue
+        meta = graph[name].meta
+        if graph.outputs.count(name) != 1 or len(wanted) != meta.ndim or not _dense(meta.shape, wanted):
+            continue
+        strides[name] = tuple(wanted)
+    return plan if strides == plan.strides else dataclasses.replace(plan, strides=strides)
+
+
+def _dense(shape, stride) -> bool:
+    """Whether `stride` lays `shape` out over exactly its elements (a permutation of dims)."""
+    expected = 1
+    for d in sorted(range(len(shape)), key=lambda d: (stride[d], shape[d])):
+        if shape[d] == 1:
+            continue
+        if stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
 
 
 def _compile_ahead(module: types.ModuleType, kernels: list[KernelCall], graph: Graph) -> None:

@@ -24,7 +24,7 @@ import torch
 from functorch.compile import make_boxed_func
 
 from minicomp import capture, compile_pool, config, fallback
-from minicomp.autograd import partition, saved_activations
+from minicomp.autograd import input_layouts, partition, saved_activations
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
 
@@ -38,10 +38,12 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict):
         name = f"dynamo_graph{next(_graph_ids)}_{role}"
         if role == "forward":
             forward["gm"] = gm
-        saved = saved_activations(forward["gm"], gm) if role == "backward" and "gm" in forward else frozenset()
+        backward = role == "backward" and "gm" in forward
+        saved = saved_activations(forward["gm"], gm) if backward else frozenset()
+        layouts = input_layouts(forward["gm"]) if backward else None
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
-                return compile_graph(gm, name, families=families, freed_inputs=saved).boxed
+                return compile_graph(gm, name, families=families, freed_inputs=saved, output_layouts=layouts).boxed
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
             return make_boxed_func(gm.forward)
