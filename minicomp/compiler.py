@@ -24,6 +24,7 @@ from minicomp.codegen.module import KernelCall
 from minicomp.fusion import Plan
 from minicomp.ir import Graph, TensorMeta
 from minicomp.launch import Launch
+from minicomp.layout import is_dense
 from minicomp.split_reductions import split_reductions
 
 
@@ -125,22 +126,10 @@ def _with_output_layouts(plan: Plan, layouts: list[tuple[int, ...] | None]) -> P
         if not isinstance(name, str) or wanted is None or name not in pointwise or graph.users(name):
             continue
         meta = graph[name].meta
-        if graph.outputs.count(name) != 1 or len(wanted) != meta.ndim or not _dense(meta.shape, wanted):
+        if graph.outputs.count(name) != 1 or len(wanted) != meta.ndim or not is_dense(meta.shape, wanted):
             continue
         strides[name] = tuple(wanted)
     return plan if strides == plan.strides else dataclasses.replace(plan, strides=strides)
-
-
-def _dense(shape, stride) -> bool:
-    """Whether `stride` lays `shape` out over exactly its elements (a permutation of dims)."""
-    expected = 1
-    for d in sorted(range(len(shape)), key=lambda d: (stride[d], shape[d])):
-        if shape[d] == 1:
-            continue
-        if stride[d] != expected:
-            return False
-        expected *= shape[d]
-    return True
 
 
 def _compile_ahead(module: types.ModuleType, kernels: list[KernelCall], graph: Graph) -> None:

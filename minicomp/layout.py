@@ -23,3 +23,16 @@ def output_strides(meta: TensorMeta) -> tuple[int, ...]:
         dense[d] = step
         step *= max(meta.shape[d], 1)
     return tuple(dense) if step == meta.numel or meta.numel == 0 else tuple(contiguous_strides(meta.shape))
+
+
+def is_dense(shape, stride) -> bool:
+    """Whether `stride` lays `shape` out over exactly its elements: a permutation of the dims of a
+    contiguous tensor (size-1 dims aside), no gaps, no overlap."""
+    expected = 1
+    for d in sorted(range(len(shape)), key=lambda d: (stride[d], shape[d])):
+        if shape[d] == 1:
+            continue
+        if stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True

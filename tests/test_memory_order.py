@@ -167,3 +167,12 @@ def test_tuned_kernel_that_writes_in_place_is_correct(tmp_path, monkeypatch):
         compiled = minicomp.jit(fn)
         torch.testing.assert_close(compiled(x, w, w2), fn(x, w, w2), atol=1e-3, rtol=1e-3)
     assert hosted(compiled.source(x, w, w2))
+
+
+def test_dense_layouts_are_permutations_without_gaps_or_overlap():
+    from minicomp.layout import is_dense
+
+    assert is_dense((4, 32, 3, 128), (12288, 128, 4096, 1))  # a transposed view of [4, 3, 32, 128]
+    assert is_dense((2, 1, 5), (5, 99, 1))  # a size-1 dim's stride does not matter
+    assert not is_dense((4, 8), (16, 1))  # a gap between rows (a slice)
+    assert not is_dense((4, 8), (0, 1))  # a broadcast

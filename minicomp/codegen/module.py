@@ -24,6 +24,7 @@ from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.fusion import Extern, Kernel, Plan
 from minicomp.ir import Ref, TensorMeta
+from minicomp.layout import is_dense
 from minicomp.storages import Storages
 from minicomp.storages import uses as step_uses
 from minicomp.templates import ENV
@@ -228,7 +229,7 @@ def _hosts(plan: Plan, storages: Storages, source: KernelSource, dying: list[str
                 and isinstance(other, TensorMeta)
                 and (other.dtype, other.device) == (meta.dtype, meta.device)
                 and other.stride == plan.strides.get(buffer, other.stride)
-                and _extent(other.shape, other.stride) == other.numel  # dense: it is all its memory
+                and is_dense(other.shape, other.stride)  # it is all its memory
                 and _extent(meta.shape, plan.strides[name]) <= other.numel
             ):
                 hosts[name] = buffer
