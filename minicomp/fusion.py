@@ -43,7 +43,7 @@ from minicomp import ops
 from minicomp.ir import Graph, TensorMeta
 from minicomp.layout import output_strides
 from minicomp.ops.reductions import spec
-from minicomp.reduction_space import ReductionSpace, reduction_form
+from minicomp.reduction_space import ReductionSpace, reduction_form, row_itemsize
 
 
 @dataclass
@@ -329,7 +329,10 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
             key = (stage[name], space[name])
             if key not in reductions:
                 source = graph.grouped_source(name) if name in graph.grouped else spec(graph[name], graph).source
-                looped, rblock, outer = reduction_form(space[name], graph[source].meta.stride)
+                hosts = any(n in graph.grouped and (stage[n], space.get(n)) == key for n in graph.order)
+                looped, rblock, outer = reduction_form(
+                    space[name], graph[source].meta.stride, row_itemsize(graph, source), hosts
+                )
                 reductions[key] = Kernel(
                     0,
                     "reduction",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from minicomp import config
+from minicomp import config, ops
 
 
 @dataclass(frozen=True)
@@ -52,16 +52,52 @@ class ReductionSpace:
         return f"{list(self.shape)} reduced over dims {list(self.dims)}"
 
 
-def reduction_form(space: ReductionSpace, stride: tuple[int, ...] | None = None) -> tuple[bool, int, bool]:
-    """(looped, RBLOCK, outer) of a kernel over `space` whose reduced value has `stride`.
+def reduction_form(
+    space: ReductionSpace, stride: tuple[int, ...] | None = None, itemsize: int = 0, hosts: bool = False
+) -> tuple[bool, int, bool]:
+    """(looped, RBLOCK, outer) of a kernel over `space` whose reduced value has `stride` and
+    whose widest input of the space's shape has elements of `itemsize` bytes (`row_itemsize`).
 
-    Rows up to config "persistent_rows" elements are held whole (RBLOCK the next power of
-    two), longer ones walked config "loop_block" elements at a time. An *outer* reduction
+    A row is held whole in registers (persistent: RBLOCK the next power of two) when it has up
+    to config "persistent_rows" elements and up to config "persistent_bytes" bytes of its widest
+    input, or when the kernel `hosts` a column reduction of row groups (split_reductions.py:
+    only a persistent kernel walks its rows in groups). Any other row is walked config
+    "loop_block" elements at a time (fewer for a shorter row), a later pass reading it again
+    from L2 (eviction hints, codegen/reduction.py): over rows of 1024-8192 elements in float32
+    and bfloat16, norms and softmax on an H200, this beat the whole row in registers (1.00-1.03x
+    the memory floor against 1.03-1.07x; benchmarks/experiments/reduction_forms.py), the
+    registers a held row takes costing more than the second read from L2. An *outer* reduction
     (its rows, not its reduced dims, are contiguous in memory: a bias gradient's sum(0)) takes
-    config "outer_block" elements of a row a step, so that a program's many rows (XBLOCK)
-    make each load one contiguous run."""
+    config "outer_block" elements of a row a step, so that a program's many rows (XBLOCK) make
+    each load one contiguous run."""
     extent, outer = space.extent, space.is_outer(stride)
-    step = config.get("outer_block") if outer else config.get("loop_block")
-    if extent <= (step if outer else config.get("persistent_rows")):
-        return False, max(1 << (extent - 1).bit_length(), 2), outer
-    return True, step, outer
+    if outer:
+        step = config.get("outer_block")
+        return (False, max(1 << (extent - 1).bit_length(), 2), True) if extent <= step else (True, step, True)
+    whole = max(1 << (extent - 1).bit_length(), 2)
+    if extent <= config.get("persistent_rows") and (hosts or extent * itemsize <= config.get("persistent_bytes")):
+        return False, whole, False
+    return True, min(config.get("loop_block"), whole), False
+
+
+def can_host(space: ReductionSpace, stride: tuple[int, ...] | None = None) -> bool:
+    """Can a kernel over `space` hold its rows whole, as one that hosts row groups must?"""
+    return not space.is_outer(stride) and space.extent <= config.get("persistent_rows")
+
+
+def row_itemsize(graph, name: str) -> int:
+    """Bytes an element of the widest value of `name`'s shape that `name` is computed from through
+    pointwise ops and views: what a kernel reducing `name` reads a row of. Hugging Face's RMSNorm
+    reduces x.float() ** 2: a bfloat16 x counts 2 bytes, not 4."""
+    meta = graph[name].meta
+    widest, seen, stack = 0, set(), [name]
+    while stack:
+        node = graph[stack.pop()]
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        if not node.is_input and ops.classify(node, graph)[0] in ("pointwise", "view"):
+            stack += [i for i in node.inputs() if graph[i].meta.numel == meta.numel]
+        elif node.meta.numel == meta.numel:
+            widest = max(widest, node.meta.dtype.itemsize)
+    return widest or meta.dtype.itemsize

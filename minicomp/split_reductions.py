@@ -66,7 +66,7 @@ from minicomp.indexing import contiguous_strides
 from minicomp.ir import Graph, Node, Ref, TensorMeta
 from minicomp.launch_configs import rows_per_program
 from minicomp.ops.reductions import spec
-from minicomp.reduction_space import ReductionSpace, reduction_form
+from minicomp.reduction_space import ReductionSpace, can_host, reduction_form, row_itemsize
 
 aten = torch.ops.aten
 
@@ -108,8 +108,9 @@ def split_reductions(graph: Graph) -> Graph:
 
 
 def _hosts(graph: Graph) -> tuple[dict[ReductionSpace, list[str]], dict[tuple, list[str]]]:
-    """What a row-group partial can ride in: the persistent row reductions (rows leading, reduced
-    dims trailing, held whole), by space; and the computed values the graph returns (a gradient
+    """What a row-group partial can ride in: the row reductions (rows leading, reduced dims
+    trailing) short enough to hold their rows whole, by space (a kernel hosting row groups is
+    held whole: fusion.py); and the computed values the graph returns (a gradient
     written beside the column sums of its bias, `fusion._grouped_host`), by (shape, device)."""
     rows: dict[ReductionSpace, list[str]] = {}
     returned: dict[tuple, list[str]] = {}
@@ -126,7 +127,7 @@ def _hosts(graph: Graph) -> tuple[dict[ReductionSpace, list[str]], dict[tuple, l
         r = spec(node, graph)
         src = graph[r.source].meta
         space = ReductionSpace(src.shape, r.dims, src.device)
-        if r.dims == tuple(range(src.ndim - len(r.dims), src.ndim)) and not reduction_form(space, src.stride)[0]:
+        if r.dims == tuple(range(src.ndim - len(r.dims), src.ndim)) and can_host(space, src.stride):
             rows.setdefault(space, []).append(name)
     return rows, returned
 
@@ -146,7 +147,7 @@ def _group_cut(node: Node, graph: Graph, hosts_by) -> tuple[int, tuple[int, int,
     rows, returned = hosts_by
     space = ReductionSpace(src.shape, tuple(range(lead, src.ndim)), src.device)
     hosts = rows.get(space, [])
-    if not reduction_form(space, src.stride)[0]:  # a value of the same shape the call returns can host it too
+    if can_host(space, src.stride):  # a value of the same shape the call returns can host it too
         hosts = hosts + returned.get((src.shape, src.device), [])
     after = nx.descendants(graph.dag, node.name)
     if all(b in after for b in hosts):  # no row kernel to ride in: each needs this result first
@@ -170,7 +171,7 @@ def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
     space = ReductionSpace(src.shape, r.dims, src.device)
     if space.rows * space.extent < config.get("split_min_numel"):
         return None
-    _, rblock, _ = reduction_form(space, src.stride)
+    _, rblock, _ = reduction_form(space, src.stride, row_itemsize(graph, r.source))
     tiles = -(-space.rows // rows_per_program(space.rows, rblock))
     if tiles >= config.get("split_below"):
         return None

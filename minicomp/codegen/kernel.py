@@ -80,6 +80,8 @@ class KernelWriter:
         self.requests: dict[tuple[str, Expr], set[tuple[str, ...]]] = {}
         self.survey = survey
         self.vars: set[Var] = set()
+        self.fill = "0"  # what the masked-off lanes of a load hold (a reduction may ask for its identity) ...
+        self.filled: dict[str, str] = {}  # ... and the loads written with another fill than 0: name -> fill
 
     # -- names --------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -190,7 +192,10 @@ class KernelWriter:
             code = f"tl.broadcast_to(tl.load({self.pointers[name]} + {size(offset.const)}), {self.tile_for(index)})"
         else:
             address = paren(self.address(offset))
-            code = f"tl.load({self.pointers[name]} + {address}, mask={self.load_mask(index, mask)}, other=0)"
+            hint = self.eviction(name, offset, index)
+            policy = f", eviction_policy='{hint}'" if hint else ""
+            mask_text = self.load_mask(index, mask)
+            code = f"tl.load({self.pointers[name]} + {address}, mask={mask_text}, other={self.fill}{policy})"
         dtype = meta.dtype
         if dtype in dtypes.LOW_PRECISION:
             code += ".to(tl.float32)"
@@ -199,7 +204,14 @@ class KernelWriter:
         # the top, so each row's own elements are requested before the shifted, conditional reads of
         # the same rows (RoPE's rotate_half, slice gradients). Measured on the RoPE backward, H200
         # float32: 1.049x -> 1.028x the memory floor (benchmarks/experiments/rope_backward_variants.py).
-        return self.temp(code, dtype, name, plain_load=not mask)
+        value = self.temp(code, dtype, name, plain_load=not mask)
+        if self.fill != "0" and not offset.is_const:
+            self.filled[value.code] = self.fill
+        return value
+
+    def eviction(self, name: str, offset: Expr, index) -> str | None:
+        """The L2 eviction policy of a load (a looped reduction's, codegen/reduction.py); else None."""
+        return None
 
     def merged_mask(self, name: str, offset: Expr, mask: tuple[str, ...]) -> tuple[str, ...]:
         """`mask` without a condition whose complement the same address is also loaded under (with

@@ -78,8 +78,10 @@ def _min_nan(a, b):
 
 
 @triton.jit
-def _exp_shift(x, m):  # exp(x - m), 0 where m is -inf (no element seen yet)
-    return tl.where(m == float("-inf"), 0.0, tl.exp(x - m))
+def _exp_shift(x, m):  # exp(x - m) for x <= m, a row's running max; 0 where x is -inf, m too (no element yet).
+    # exp2 without the fix-up for results under 2**-126, flushed to 0 (tl.exp keeps them): the sums of
+    # online softmax hold exp(m - m) = 1, so they lose such terms anyway. The select is on the row's m.
+    return tl.math.exp2((x - tl.where(m == float("-inf"), 0.0, m)) * 1.4426950408889634)
 
 
 @triton.jit
@@ -282,8 +284,10 @@ def _min_nan(a, b):
 
 
 @triton.jit
-def _exp_shift(x, m):  # exp(x - m), 0 where m is -inf (no element seen yet)
-    return tl.where(m == float("-inf"), 0.0, tl.exp(x - m))
+def _exp_shift(x, m):  # exp(x - m) for x <= m, a row's running max; 0 where x is -inf, m too (no element yet).
+    # exp2 without the fix-up for results under 2**-126, flushed to 0 (tl.exp keeps them): the sums of
+    # online softmax hold exp(m - m) = 1, so they lose such terms anyway. The select is on the row's m.
+    return tl.math.exp2((x - tl.where(m == float("-inf"), 0.0, m)) * 1.4426950408889634)
 
 
 @triton.jit
