@@ -129,10 +129,9 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out_ptr, n_rows, 
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = rindex < 9000
         r0 = rindex
-        logits = tl.load(logits_ptr + (9000*x0 + r0), mask=xmask & rmask, other=0)
-        amax_block = tl.where(rmask, logits, float("-inf"))
-        amax_next = _max_nan(amax_acc, tl.reduce(amax_block, 1, _max_nan)[:, None])
-        sum_1_acc = sum_1_acc * _exp_shift(amax_acc, amax_next) + tl.reduce(_exp_shift(amax_block, amax_next), 1, _sum)[:, None]
+        logits = tl.load(logits_ptr + (9000*x0 + r0), mask=xmask & rmask, other=float("-inf"))
+        amax_next = _max_nan(amax_acc, tl.reduce(logits, 1, _max_nan)[:, None])
+        sum_1_acc = sum_1_acc * _exp_shift(amax_acc, amax_next) + tl.reduce(_exp_shift(logits, amax_next), 1, _sum)[:, None]
         amax_acc = amax_next
     amax = amax_acc  # amax
     sum_1 = tl.where(amax == float("-inf"), float("nan"), sum_1_acc)  # sum of exp(logits - amax), accumulated online
