@@ -17,8 +17,10 @@ Two forms, chosen by the plan from the reduced extent R (`reduction_space.reduct
 
 * persistent: RBLOCK >= R, the whole row in registers. Everything is written
   straight down, so a norm reads `x` once and keeps it for the normalize.
-* looped: rows longer than config "persistent_rows" (a 32k-128k vocabulary) are walked
-  RBLOCK at a time. Reductions are computed in *phases*: phase k is one loop
+* looped: rows over config "persistent_rows" elements or "persistent_bytes" bytes of
+  their widest input (a norm over 4096 bf16, a 32k-128k vocabulary) are walked RBLOCK
+  at a time; a pass that loads an address a later pass loads again keeps it in L2
+  (`eviction`). Reductions are computed in *phases*: phase k is one loop
   over the row for the reductions whose operand needs the results of phase
   k - 1 (softmax: the max, then the sum of exp(x - max)); values stored over
   the whole space get a last loop (or ride in the first loop that has what
