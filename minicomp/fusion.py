@@ -329,7 +329,7 @@ def _group_kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kern
             key = (stage[name], space[name])
             if key not in reductions:
                 source = graph.grouped_source(name) if name in graph.grouped else spec(graph[name], graph).source
-                hosts = any(n in graph.grouped and (stage[n], space.get(n)) == key for n in graph.order)
+                hosts = any((stage[n], space.get(n)) == key for n in graph.grouped)
                 looped, rblock, outer = reduction_form(
                     space[name], graph[source].meta.stride, row_itemsize(graph, source), hosts
                 )

@@ -71,10 +71,10 @@ def reduction_form(
     config "outer_block" elements of a row a step, so that a program's many rows (XBLOCK) make
     each load one contiguous run."""
     extent, outer = space.extent, space.is_outer(stride)
+    whole = max(1 << (extent - 1).bit_length(), 2)
     if outer:
         step = config.get("outer_block")
-        return (False, max(1 << (extent - 1).bit_length(), 2), True) if extent <= step else (True, step, True)
-    whole = max(1 << (extent - 1).bit_length(), 2)
+        return (False, whole, True) if extent <= step else (True, step, True)
     if extent <= config.get("persistent_rows") and (hosts or extent * itemsize <= config.get("persistent_bytes")):
         return False, whole, False
     return True, min(config.get("loop_block"), whole), False

@@ -169,7 +169,8 @@ class ReductionWriter(KernelWriter):
         """Inductor's L2 policy for a looped kernel's loads of the row: an address a later pass
         loads again is kept (evict_last) and let go at its last load (evict_first); so is a value
         every row reads (a norm's weight). RMSNorm over [32768, 4096] float32, looped 2048 a step,
-        H200: 1.041 -> 1.005x the memory floor (benchmarks/experiments/reduction_variants.py)."""
+        H200: 1.041 -> 1.005x the memory floor (benchmarks/experiments/reduction_variants.py).
+        Records the load's pass too, for the writing after this one (`write`)."""
         if not self.looped or self.hoisting or not self.is_full(index):
             return None
         here = self.phases.index(self.phase)
