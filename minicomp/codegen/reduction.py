@@ -20,19 +20,12 @@ Two forms, chosen by the plan from the reduced extent R (`reduction_space.reduct
 * looped: rows over config "persistent_rows" elements or "persistent_bytes" bytes of
   their widest input (a norm over 4096 bf16, a 32k-128k vocabulary) are walked RBLOCK
   at a time; a pass that loads an address a later pass loads again keeps it in L2
-  (`eviction`). Reductions are computed in *phases*: phase k is one loop
-  over the row for the reductions whose operand needs the results of phase
-  k - 1 (softmax: the max, then the sum of exp(x - max)); values stored over
-  the whole space get a last loop (or ride in the first loop that has what
-  they need: add + RMSNorm writes `h` in its only reduction loop). Each
-  reduction keeps an elementwise accumulator [XBLOCK, RBLOCK] and reduces it
-  along the row after its loop, as Inductor does.
-
-  One algebraic rule saves a pass: a sum of exp(a - m) where m is the max of
-  `a` over the same row (softmax, log_softmax, logsumexp and cross-entropy all
-  decompose to it) is accumulated in the max's loop, rescaling the running sum
-  whenever the running max grows (online softmax). Cross-entropy's forward
-  then reads its logits once.
+  (`eviction`). Reductions are computed in *phases*, a loop over the row each
+  (which one computes what: codegen/reduction_passes.py; add + RMSNorm writes
+  `h` in its only reduction loop). Each reduction keeps an elementwise
+  accumulator [XBLOCK, RBLOCK] and reduces it along the row after its loop, as
+  Inductor does; a sum accumulated online with its max keeps a running sum a
+  row, rescaled whenever the running max grows.
 
 Reductions accumulate in float32 for 16-bit floats and int64 for integer sums,
 as eager does (ops/reductions.py), and combine through the module's
@@ -47,9 +40,9 @@ import torch
 
 from minicomp import dtypes, ops
 from minicomp.codegen.kernel import INT32_LIMIT, KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
+from minicomp.codegen.reduction_passes import passes
 from minicomp.fusion import Kernel, Plan
 from minicomp.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
-from minicomp.ir import Ref
 from minicomp.ops.reductions import helper, identity, spec
 
 
@@ -202,59 +195,8 @@ class ReductionWriter(KernelWriter):
             raise NotImplementedError(f"{name} is needed before the pass that computes it")
         return self.results[name]
 
-    # -- phases -------------------------------------------------------------------
-    def _levels(self) -> dict[str, int]:
-        """Reduction -> its phase (1 + the latest phase whose results its operand needs); and
-        `self.needs`: node -> the latest phase whose results it needs (0: none)."""
-        computed = [n for n in self.graph.order if n in set(self.kernel.nodes)]
-
-        def propagate(level: dict[str, int]) -> dict[str, int]:
-            needs: dict[str, int] = {}
-            for name in computed:
-                before = max((needs.get(i, 0) for i in self.graph[name].inputs()), default=0)
-                if self.plan.kinds[name] == "reduction":
-                    level.setdefault(name, before + 1)
-                    needs[name] = level[name]
-                else:
-                    needs[name] = before
-            return needs
-
-        level: dict[str, int] = {}
-        propagate(level)
-        if self.looped:
-            for name in list(level):
-                partner = self._online_partner(name)
-                if partner is not None and level[name] == level[partner] + 1:
-                    self.online[name] = partner
-            # only the merged levels are kept; propagate recomputes the others from them
-            level = {m: level[m] for m in self.online.values()} | {s: level[m] for s, m in self.online.items()}
-        self.needs = propagate(level)
-        return level
-
-    def _online_partner(self, name: str) -> str | None:
-        """The max `m` when `name` is sum(exp(a - m)) over the same row, with m = amax(a)."""
-        r = spec(self.graph[name], self.graph)
-        if r.combine != "sum" or r.divide != 1:
-            return None
-        node = self.graph[r.source]
-        if node.op_name != "exp" or self.plan.kinds.get(r.source) != "pointwise":
-            return None
-        inner = node.args[0]
-        sub = self.graph[inner.name] if isinstance(inner, Ref) else None
-        if sub is None or sub.op_name != "sub" or len(sub.args) < 2 or sub.kwargs.get("alpha", 1) != 1:
-            return None
-        a, m = sub.args[0], sub.args[1]
-        if not (isinstance(a, Ref) and isinstance(m, Ref)) or self.plan.kinds.get(m.name) != "reduction":
-            return None
-        mr = spec(self.graph[m.name], self.graph)
-        if mr.combine != "max" or mr.source != a.name or mr.dims != r.dims or not mr.keepdim:
-            return None
-        if m.name in self.loads or not self.graph[a.name].meta.dtype.is_floating_point:
-            return None
-        return m.name
-
     def write(self) -> KernelSource:
-        level = self._levels()
+        level, self.needs, self.online = passes(self.plan, self.kernel)
         count = max(level.values(), default=0)
         self.phases = [Phase() for _ in range(count + 1)]  # the last one: full stores that need every result
         for name, k in level.items():
