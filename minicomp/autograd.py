@@ -16,6 +16,7 @@ once: that is the one run of the user's call (function.py), never an extra one.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,6 +36,20 @@ def partition(joint, inputs, **kwargs):
 
     with functorch_config.patch(recompute_views=True):
         return min_cut_rematerialization_partition(joint, inputs, **kwargs)
+
+
+def tangents_like_outputs():
+    """AOTAutograd traces the backward for tangents laid out like the outputs they are the gradients
+    of, not contiguous: else a transposed output's incoming gradient (RoPE's q as a transposed view
+    of a [B, S, H, D] projection) is copied to contiguous before the backward runs, and the backward
+    then reads it across its own layout to write the leaf's. The default of newer torch
+    (`guess_tangent_strides_as_outputs`); torch 2.11 guesses contiguous (the 1.9-2.5x floor of the
+    RoPE GQA forward + backward rows in benchmarks/results/NVIDIA_H200/pointwise16/)."""
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, "guess_tangent_strides_as_outputs"):
+        return contextlib.nullcontext()
+    return functorch_config.patch(guess_tangent_strides_as_outputs=True)
 
 
 def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:
@@ -121,7 +136,8 @@ class TrainingEntry:
             if _any_shared(tensors):
                 return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
-            outputs = self.function(*tensors)
+            with tangents_like_outputs():  # AOTAutograd traces on this first call
+                outputs = self.function(*tensors)
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
         elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):

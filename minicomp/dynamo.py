@@ -24,7 +24,7 @@ import torch
 from functorch.compile import make_boxed_func
 
 from minicomp import capture, compile_pool, config, fallback
-from minicomp.autograd import input_layouts, partition, saved_activations
+from minicomp.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
 
@@ -63,7 +63,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
         partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
         decompositions=capture.decompositions(),
     )
-    with _backward_with_forward():
+    with _backward_with_forward(), tangents_like_outputs():
         return compile_both(gm, example_inputs)
 
 

@@ -230,3 +230,55 @@ def test_gradients_of_transposed_leaves_are_written_in_their_layout(device):
     for leaf in inputs[:2]:
         assert f"{tuple(leaf.shape)}, {leaf.stride()}" in backward
         assert leaf.grad.stride() == leaf.stride()
+
+
+@pytest.mark.parametrize("entry", ["jit", "torch.compile"])
+def test_the_backward_takes_tangents_in_the_outputs_layout(device, entry, monkeypatch):
+    """AOTAutograd of torch 2.11 traces the backward for contiguous tangents (its
+    `guess_tangent_strides_as_outputs` is False there): a transposed output's gradient was copied
+    to contiguous before each backward and the backward then read it across its layout (RoPE GQA
+    forward + backward 1.9x the floor in float32). minicomp traces with the output's layout."""
+    import torch._functorch.config as functorch_config
+
+    from minicomp.workloads import WORKLOADS
+
+    if not hasattr(functorch_config, "guess_tangent_strides_as_outputs"):
+        pytest.skip("this torch has no tangent layout guess")
+    monkeypatch.setattr(functorch_config, "guess_tangent_strides_as_outputs", False)
+    inputs = WORKLOADS["rope_gqa_fwbw"].make(3, torch.float32, device)
+    eager = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    seen = []
+    if entry == "jit":
+        fn = minicomp.jit(w.rope, fallback="raise")
+    else:
+        torch._dynamo.reset()
+        fn = torch.compile(w.rope, backend=_recording_backend(seen))
+    outs = fn(*inputs)
+    grads = [torch.randn_like(o) for o in outs]  # laid out like the outputs: transposed
+    torch.autograd.backward(outs, grads)
+    torch.autograd.backward(w.rope(*eager), grads)
+    backward = fn.entry(*inputs).backward.fx if entry == "jit" else seen[-1]
+    tangents = [n.meta["val"] for n in backward.graph.nodes if n.name.startswith("tangents")]
+    assert [t.stride() for t in tangents] == [o.stride() for o in outs]
+    for got, want in zip(inputs[:2], eager[:2]):
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def _recording_backend(seen):
+    """minicomp's Dynamo backend, keeping each graph minicomp compiles (the backward last)."""
+    from minicomp import compiler, dynamo
+
+    def backend(gm, example_inputs):
+        original = compiler.compile_graph
+
+        def recording(graph, *args, **kwargs):
+            seen.append(graph)
+            return original(graph, *args, **kwargs)
+
+        dynamo.compile_graph = recording
+        try:
+            return dynamo.backend(gm, example_inputs)
+        finally:
+            dynamo.compile_graph = original
+
+    return backend
