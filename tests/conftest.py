@@ -54,7 +54,12 @@ def check(fn, *args, kernels: int | None = None, **kwargs):
     compiled = minicomp.jit(fn)
     actual = compiled(*jit_args, **kwargs)
     dtype = next((a.dtype for a in args if isinstance(a, torch.Tensor)), torch.float32)
-    torch.testing.assert_close(actual, expected, equal_nan=True, **tolerance(dtype))
+    try:
+        torch.testing.assert_close(actual, expected, equal_nan=True, **tolerance(dtype))
+    except AssertionError:
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise
+        no_worse_than_eager(fn, args, kwargs, actual, expected, dtype)
     for a, b in zip(jit_args, eager_args):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, equal_nan=True, **tolerance(dtype))
@@ -62,3 +67,26 @@ def check(fn, *args, kernels: int | None = None, **kwargs):
     if kernels is not None:
         assert kernel_count(source) == kernels, source
     return source
+
+
+def no_worse_than_eager(fn, args, kwargs, actual, expected, dtype):
+    """16-bit results judged against eager on float32 copies: eager rounds each op to 16 bits and
+    minicomp rounds once, so where eager cancels (q * cos + rotated * sin) the two may differ by
+    more than the tolerance while minicomp is the closer. Each element of minicomp may be off the
+    float32 result by no more than eager's own error plus the tolerance."""
+    up = lambda a: a.detach().float() if isinstance(a, torch.Tensor) and a.dtype == dtype else a  # noqa: E731
+    reference = fn(*[up(a) for a in args], **kwargs)
+    tol = tolerance(dtype)
+    for got, want, ref in zip(_tensors(actual), _tensors(expected), _tensors(reference)):
+        ref = ref.float()
+        allowed = (want.float() - ref).abs() + tol["atol"] + tol["rtol"] * ref.abs()
+        error = (got.float() - ref).abs()
+        assert bool(((error <= allowed) | (ref.isnan() & got.isnan())).all()), (
+            f"off the float32 result by {(error - allowed).max().item()} more than eager and the tolerance"
+        )
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    from torch.utils import _pytree as pytree
+
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]

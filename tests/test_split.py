@@ -10,8 +10,8 @@ import workloads as w
 from conftest import check, kernel_text
 
 import minicomp
-from minicomp.codegen.split import Split, boundary, choose
-from minicomp.indexing import IterationSpace
+from minicomp.codegen.split import Split, boundary, choose, period
+from minicomp.indexing import Expr, IterationSpace, Var
 
 
 def loads(source: str) -> list[str]:
@@ -29,13 +29,34 @@ def test_boundary_is_where_a_comparison_changes_truth():
 
 def test_choose_takes_equal_parts_of_the_innermost_dim():
     space = IterationSpace([4, 2, 128])
-    assert choose(space, {2: {64}}) == Split(dim=2, parts=2, size=64)
-    assert choose(space, {2: {32, 64, 96}}) == Split(dim=2, parts=4, size=32)
-    assert choose(space, {2: {48}}) is None  # gcd 16: 8 parts, too many copies of the body
-    assert choose(IterationSpace([4, 16]), {1: {8}}) is None  # 8-element runs: too short for full vectors
-    assert choose(space, {1: {1}}) == Split(dim=1, parts=2, size=1)  # an outer dim: parts of any size
-    assert choose(space, {1: {1}, 2: {64}}).dim == 2  # the innermost wins
-    assert choose(space, {2: {0, 128}}) is None  # no cut inside the range
+    assert choose(space, {2: {64}}, {}) == Split(dim=2, parts=2, size=64)
+    assert choose(space, {2: {32, 64, 96}}, {}) == Split(dim=2, parts=4, size=32)
+    assert choose(space, {2: {48}}, {}) is None  # gcd 16: 8 parts, too many copies of the body
+    assert choose(IterationSpace([4, 16]), {1: {8}}, {}) is None  # 8-element runs: too short for full vectors
+    assert choose(space, {1: {1}}, {}) == Split(dim=1, parts=2, size=1)  # an outer dim: parts of any size
+    assert choose(space, {1: {1}, 2: {64}}, {}).dim == 2  # the innermost wins
+    assert choose(space, {2: {0, 128}}, {}) is None  # no cut inside the range
+
+
+def test_choose_walks_interleaved_parts_where_no_dim_splits_into_runs():
+    """Periods of parity-like comparisons ((c*x + k) % m): as many interleaved parts as their
+    least common multiple, on the innermost such dim; a run split wins over them."""
+    space = IterationSpace([4, 6, 128])
+    assert choose(space, {}, {2: {2}}) == Split(dim=2, parts=2, size=64, interleaved=True)
+    assert choose(space, {}, {2: {2, 4}}) == Split(dim=2, parts=4, size=32, interleaved=True)
+    assert choose(space, {}, {1: {3}, 2: {2}}).dim == 2
+    assert choose(space, {}, {1: {3}}) == Split(dim=1, parts=3, size=2, interleaved=True)
+    assert choose(space, {}, {2: {3}}) is None  # 3 does not divide 128
+    assert choose(space, {}, {2: {2, 3}}) is None  # 6 parts: more than max_parts
+    assert choose(space, {2: {64}}, {2: {2}}) == Split(dim=2, parts=2, size=64)  # runs first
+
+
+def test_period_of_a_remainder():
+    x = Expr.of(Var(3, 64))
+    assert period(x, 2) == (3, 2)
+    assert period(x * 2 + 1, 4) == (3, 2)  # (2x + 1) % 4 repeats every 2 values of x
+    assert period(x * 2, 2) is None  # always even
+    assert period(x + Expr.of(Var(2, 4)), 2) is None  # two variables
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

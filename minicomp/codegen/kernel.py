@@ -24,7 +24,7 @@ import torch
 from minicomp import dtypes, ops
 from minicomp.codegen import split as splitting
 from minicomp.fusion import Kernel, Plan
-from minicomp.indexing import SIZE, Dyn, Expr, IterationSpace, Var, const, render_flat, size
+from minicomp.indexing import SIZE, Dyn, Expr, IterationSpace, Mod, Var, const, render_flat, size
 
 
 @dataclass
@@ -67,6 +67,7 @@ class KernelWriter:
         self.space = space
         self.loads = set(kernel.loads)  # what the plan says this kernel reads from memory
         self.boundaries: dict[int, set[int]] = {}  # space dim -> where a comparison changes truth
+        self.periods: dict[int, set[int]] = {}  # space dim -> P of a comparison of (c*x + k) % m
         self.plain_loads: list[str] = []  # loads under no condition but the bounds mask: emitted first
         self.lines: list[str] = []  # everything else, in evaluation order
         self.memo: dict[tuple, ops.Value] = {}  # (node, index, mask) -> its value
@@ -141,7 +142,23 @@ class KernelWriter:
                 cut = splitting.boundary(coeff, rest_lo, relation, bound)
                 if cut == splitting.boundary(coeff, rest_hi, relation, bound):
                     self.boundaries.setdefault(atom.dim, set()).update(cut)
+            elif isinstance(atom, Mod):
+                self._note_period(atom.expr, atom.divisor)
         return f"({self.index_text(expr)} {relation} {self.index_text(const(bound))})"
+
+    def divides(self, expr: Expr, step: int) -> str | bool:
+        """`expr % step == 0` (a strided slice's elements): decided here when the remainder is a
+        constant of the index, else its source, recording its period (codegen/split.py)."""
+        rest = expr.mod(step)
+        if rest.is_const:
+            return rest.const == 0
+        self._note_period(expr, step)
+        return f"(({self.index_text(expr)}) % {size(step)} == 0)"
+
+    def _note_period(self, expr: Expr, modulus: int) -> None:
+        found = splitting.period(expr, modulus)
+        if found is not None:
+            self.periods.setdefault(found[0], set()).add(found[1])
 
     # -- values -------------------------------------------------------------
     def temp(self, code: str, dtype: torch.dtype, hint: str, comment: str = "", plain_load: bool = False) -> ops.Value:
@@ -177,14 +194,20 @@ class KernelWriter:
             return ops.Value(code, op.compute)
         return self.temp(code, op.compute, name, _provenance(node))
 
-    def load(self, name: str, index, mask) -> ops.Value:
+    def offset_of(self, name: str, index) -> Expr:
+        """The element offset of `index` into buffer `name`."""
         meta = self.graph[name].meta
-        if name not in self.pointers:
-            self.pointers[name] = f"{name}_ptr"
         offset = Expr()
         for e, stride, extent in zip(index, meta.stride, meta.shape):
             if extent > 1:
                 offset = offset + e * stride
+        return offset
+
+    def load(self, name: str, index, mask) -> ops.Value:
+        meta = self.graph[name].meta
+        if name not in self.pointers:
+            self.pointers[name] = f"{name}_ptr"
+        offset = self.offset_of(name, index)
         self.load_offsets.setdefault(name, set()).add(None if offset.is_const else offset)
         self.requests.setdefault((name, offset), set()).add(mask)
         mask = self.merged_mask(name, offset, mask)

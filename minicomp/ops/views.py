@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from minicomp.dtypes import literal
-from minicomp.indexing import Dyn, Expr, const, contiguous_strides, size
+from minicomp.indexing import Dyn, Expr, const, contiguous_strides
 from minicomp.ir import Ref, TensorMeta
 from minicomp.ops.core import SPECIAL_SUPPORT, Condition, Op, all_of, bind, broadcast_index, cast, indexed, view
 
@@ -171,7 +171,8 @@ def cat(op: Op) -> str:
 
 def _slice_bounds(op: Op, size: int) -> tuple[int, int, int]:
     start, step = slice_start(op.param("start"), size), op.param("step") or 1
-    return start, max(slice_start(op.param("end"), size), start), step
+    end = op.param("end")  # None: to the end (torch.slice_scatter's default), not 0
+    return start, max(size if end is None else slice_start(end, size), start), step
 
 
 def _scatter(op: Op, src: str, inside: Condition, src_index: tuple, base: Callable[[], str]) -> str:
@@ -190,14 +191,12 @@ def _in_slice(op: Op, d: int) -> tuple[Condition, Expr]:
     """(whether index d lies in the slice, the index inside the slice)."""
     start, end, step = _slice_bounds(op, op.node.meta.shape[d])
     pos = op.index[d]
+    on_step = op.writer.divides(pos - start, step) if step != 1 else True
+    if on_step is False:  # (an interleaved part off the step: its bounds need no test)
+        return False, (pos - start).floordiv(step)
     conds = [op.compare(pos, ">=", start)] if start > 0 else []
     conds += [op.compare(pos, "<", end)] if end < op.node.meta.shape[d] else []
-    if step != 1:
-        offset = pos - start
-        conds.append(
-            offset.const % step == 0 if offset.is_const else f"(({op.writer.index_text(offset)}) % {size(step)} == 0)"
-        )
-    return all_of(conds), (pos - start).floordiv(step)
+    return all_of(conds + [on_step]), (pos - start).floordiv(step)
 
 
 @indexed("slice_scatter")
