@@ -5,6 +5,8 @@
 #   tests   CUDA tests of views, pairs, goldens; torch's own tangent-layout default
 #   forms   the RoPE forms, forward and forward + backward, this tree
 #   host    benchmarks/experiments/step_host_time.py: host vs GPU time of the RoPE training steps
+#   hostab  step_host_time in this tree and in prev_tree/ (before the lean training call)
+#   tests2  CUDA tests of the training calls and autograd
 #   prev    GPT-J and GQA forward + backward in prev_tree/ (`git archive <before> minicomp |
 #           tar -x -C prev_tree`), the same command
 export PYTHONPATH=.
@@ -26,6 +28,12 @@ for part in "$@"; do
         cp /tmp/forms-new/*/table.md "$OUT/forms_table.md"; cp /tmp/forms-new/*/results.json "$OUT/forms_results.json"
         grep -E "minicomp|inductor" "$OUT/forms_table.md" | grep " 2048 " ;;
     host) python -m benchmarks.experiments.step_host_time "$OUT/step_host_time.json" ;;
+    hostab)
+        python -m benchmarks.experiments.step_host_time "$OUT/step_host_time_lean.json" | cut -c1-200
+        PYTHONPATH=prev_tree:. python -m benchmarks.experiments.step_host_time "$OUT/step_host_time_before.json" \
+            | cut -c1-200 ;;
+    tests2) python -m pytest -q -p no:cacheprovider -k cuda tests/test_training_call.py tests/test_autograd.py \
+        tests/test_training_reductions.py tests/test_trust.py 2>&1 | tail -3 | tee "$OUT/gpu_tests_lean.txt" ;;
     prev)
         PYTHONPATH=prev_tree:. python -m minicomp bench --out /tmp/forms-prev --skip-compile-time \
             --workloads rope_gptj rope_gptj_fwbw rope_gqa_fwbw --sizes 2048 > "$OUT/prev.log" 2>&1

@@ -23,6 +23,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from minicomp import capture, config, guards
+from minicomp.training_call import LeanCall, simple_first_call
 
 if TYPE_CHECKING:
     from minicomp.codegen.families import Families
@@ -82,6 +83,8 @@ class TrainingEntry:
         self.backward: Compiled | None = None
         self.outputs: capture.Outputs | None = None
         self.mutated: list[int] | None = None  # known after the first call
+        self.simple: tuple[bool, ...] | None = None  # the first call's outputs' requires_grad, if simple
+        self.lean: LeanCall | None = None  # once the backward is compiled (training_call.py)
         constants = list(leaves)
 
         def flat_fn(*tensors):
@@ -132,7 +135,9 @@ class TrainingEntry:
 
     def __call__(self, fn, leaves, in_spec):
         tensors = [leaves[i] for i in self.tensor_slots]
-        if self.mutated is None:  # the first call compiles, on inputs that share no memory
+        if self.lean is not None:
+            outputs = self.lean(tensors)
+        elif self.mutated is None:  # the first call compiles, on inputs that share no memory
             if _any_shared(tensors):
                 return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
@@ -140,10 +145,15 @@ class TrainingEntry:
                 outputs = self.function(*tensors)
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
+            if simple_first_call(tensors, outputs, self.mutated):
+                self.simple = tuple(o.requires_grad for o in outputs)
         elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
             return capture.call_eagerly(fn, leaves, in_spec)
         else:
             outputs = self.function(*tensors)
+            if self.simple is not None and self.backward is not None and config.get("lean_training"):
+                self.lean = LeanCall.build(self.forward, self.backward, len(tensors), self.simple)
+                self.simple = None  # decided
         return self.outputs.assemble(outputs, leaves)
 
     @property

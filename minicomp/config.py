@@ -97,6 +97,7 @@ def log_channels() -> str:
 
 DEFAULTS = dict(
     max_parts=4,  # codegen/split.py: a dim walked in at most this many parts
+    lean_training=True,  # training_call.py: a simple training signature's later calls skip AOTAutograd's runtime
     launch_candidates=((512, 4), (1024, 4), (2048, 4)),  # launch.py: (BLOCK_SIZE, num_warps) timed on large kernels
     tune_min_numel=1 << 24,  # launch.py: kernels below this use the heuristic
     persistent_rows=8192,  # reduction_space.py: a reduced row up to this many elements ...

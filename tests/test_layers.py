@@ -26,7 +26,15 @@ LAYERS = [
         "compile_pool",
         "launch_configs",
     ],  # data structures, disk, guards
-    ["layout", "ops", "launch", "runtime", "fallback", "reduction_space"],  # lowering rules, loading, launching
+    [
+        "layout",
+        "ops",
+        "launch",
+        "runtime",
+        "fallback",
+        "reduction_space",
+        "training_call",
+    ],  # lowering, loading, launching
     ["fusion", "split_reductions", "fingerprint", "capture", "storages", "schedule"],  # the plan, its order; tracing
     ["codegen"],  # plan -> source
     ["compiler", "persist"],  # the pipeline; entries on disk

@@ -14,8 +14,6 @@ writes.
 
 from __future__ import annotations
 
-import collections
-import re
 import sys
 
 import torch
@@ -52,11 +50,8 @@ def main(argv=None):
     for dtype in (torch.float32, torch.bfloat16):
         for label, max_parts in (("masked", 1), ("interleaved", config.DEFAULTS["max_parts"])):
             for part, launch in modules(run, dtype, max_parts).items():
-                sc.BLOCK = ELEMENTS // launch.parts
-                lines = sc.sass(launch, dtype)
-                ops = collections.Counter(
-                    re.search(r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_.]+)", line).group(1) for line in lines
-                )
+                lines = sc.sass(launch, dtype, block=ELEMENTS // launch.parts)
+                ops = sc.opcodes(lines, modifiers=True)
                 per_thread = ELEMENTS // threads
                 rows.append(
                     dict(

@@ -31,7 +31,7 @@ NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdis
 TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
-def sass(launch, dtype) -> list[str]:
+def sass(launch, dtype, block: int = BLOCK) -> list[str]:
     fn = launch.kernel
     names = fn.arg_names
     signature = {
@@ -40,7 +40,7 @@ def sass(launch, dtype) -> list[str]:
     }
     aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n != "BLOCK_SIZE"}
     compiled = triton.compile(
-        ASTSource(fn, signature, constexprs={"BLOCK_SIZE": BLOCK}, attrs=aligned),
+        ASTSource(fn, signature, constexprs={"BLOCK_SIZE": block}, attrs=aligned),
         target=GPUTarget("cuda", 90, 32),
         options=dict(num_warps=WARPS),
     )
@@ -49,6 +49,12 @@ def sass(launch, dtype) -> list[str]:
         cubin.flush()
         text = subprocess.check_output([str(NVDISASM), "-c", cubin.name], text=True)
     return [line for line in text.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line) and "NOP" not in line]
+
+
+def opcodes(lines: list[str], modifiers: bool = False) -> collections.Counter:
+    """How many of each SASS opcode (`LDG`, or with its modifiers `LDG.E.128`) the lines hold."""
+    pattern = r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_.]+)" if modifiers else r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_]+)"
+    return collections.Counter(re.search(pattern, line).group(1) for line in lines)
 
 
 def kernels(run, dtype, max_parts):
@@ -71,9 +77,7 @@ def main(argv=None):
             for part, launch in kernels(run, dtype, max_parts).items():
                 lines = sass(launch, dtype)
                 per_thread = BLOCK * launch.parts // threads
-                ops = collections.Counter(
-                    re.search(r"\*/\s+(?:@!?P\w+\s+)?([A-Z0-9_]+)", line).group(1) for line in lines
-                )
+                ops = opcodes(lines)
                 rows.append(
                     dict(
                         dtype=str(dtype)[6:],

@@ -1,0 +1,131 @@
+"""A training call without AOTAutograd's runtime: the compiled forward and backward as one
+autograd.Function.
+
+AOTAutograd traces and partitions a training signature once (autograd.py); each later call
+then goes through its runtime wrappers, which handle what a graph may do (mutate an input,
+return an alias, take symbolic sizes, subclasses, RNG state). For a graph that does none of it
+those wrappers are most of the host's time: RoPE's forward + backward at q, k of [4, 32, 2048,
+128] queued in 240-380 us of host time against 86-260 us of GPU time (H200,
+benchmarks/experiments/step_host_time.py), so the step was the host's.
+
+`LeanCall.build` says whether the signature's graphs are that simple, by what the first call
+showed (no input mutated, no output sharing memory with an input or another output) and by
+the graphs' own counts (the forward returns the outputs, then exactly what the backward reads
+before its tangents; a tangent per output that requires grad; a gradient per input). If so,
+later calls run `LeanFunction`: the forward's outputs past the user's are saved
+(`save_for_backward`); the backward lays each incoming gradient out as the tangent it was traced
+for (AOTAutograd's coercion), clears the context's saved tensors when the graph will not be
+used again (so the boxed backward frees each at its last use, as under AOTAutograd), and runs
+the compiled backward with autocast off, as AOTAutograd does (the graphs hold their casts).
+Anything else keeps AOTAutograd's function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.autograd.function import once_differentiable
+
+
+@dataclass(frozen=True)
+class LeanCall:
+    forward: object  # boxed([inputs]) -> outputs (compiler.Compiled.boxed)
+    backward: object  # boxed([saved..., tangents...]) -> a gradient (or None) per input
+    outputs: int  # the user's outputs, first among the forward graph's
+    differentiable: tuple[bool, ...]  # per output: requires grad (gets a tangent)
+    tangents: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # (shape, stride) traced per tangent
+
+    @staticmethod
+    def build(forward, backward, inputs: int, differentiable: tuple[bool, ...]) -> LeanCall | None:
+        """The lean call for compiled `forward`/`backward` (compiler.Compiled) of `inputs` tensors
+        whose outputs require grad as `differentiable` says, or None where AOTAutograd must stay.
+        The caller has checked the first call (`simple_first_call`)."""
+        fw_outs = _output_nodes(forward.fx)
+        placeholders = [n for n in backward.fx.graph.nodes if n.op == "placeholder"]
+        tangents = [n for n in placeholders if n.name.startswith("tangents")]
+        saved = len(placeholders) - len(tangents)
+        if (
+            len(fw_outs) != len(differentiable) + saved
+            or placeholders[saved:] != tangents
+            or len(tangents) != sum(differentiable)
+            or len(_output_nodes(backward.fx)) != inputs
+            or not all(isinstance(n.meta.get("val"), torch.Tensor) for n in tangents)
+        ):
+            return None
+        layouts = tuple((tuple(n.meta["val"].shape), tuple(n.meta["val"].stride())) for n in tangents)
+        return LeanCall(forward.boxed, backward.boxed, len(differentiable), differentiable, layouts)
+
+    def __call__(self, tensors) -> tuple:
+        return LeanFunction.apply(self, *tensors)
+
+
+class LeanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, call: LeanCall, *inputs):
+        results = _without_autocast(call.forward, list(inputs))
+        outputs = tuple(results[: call.outputs])
+        ctx.call = call
+        ctx.save_for_backward(*results[call.outputs :])
+        ctx.mark_non_differentiable(*(o for o, d in zip(outputs, call.differentiable) if not d))
+        return outputs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        call = ctx.call
+        args = list(ctx.saved_tensors)
+        ctx.maybe_clear_saved_tensors()  # the list is then what holds them: freed at last use
+        for grad, wanted, (shape, stride) in zip(grads, call.differentiable, _each_tangent(call)):
+            if wanted:
+                args.append(_laid_out(grad, shape, stride))
+        return (None, *_without_autocast(call.backward, args))
+
+
+def _without_autocast(graph, args: list):
+    """graph(args) with autocast off on the args' device: the traced graphs hold their casts."""
+    device = args[0].device.type if args else "cpu"
+    if torch.is_autocast_enabled(device):
+        with torch.autocast(device, enabled=False):
+            return graph(args)
+    return graph(args)
+
+
+def _each_tangent(call: LeanCall):
+    """(shape, stride) per output, in step with `differentiable` (None for the others)."""
+    layouts = iter(call.tangents)
+    return [next(layouts) if wanted else (None, None) for wanted in call.differentiable]
+
+
+def _laid_out(grad: torch.Tensor, shape, stride) -> torch.Tensor:
+    """`grad` with the strides its tangent was traced with (a copy only where they differ)."""
+    if tuple(grad.stride()) == stride or grad.numel() <= 1:
+        return grad
+    out = torch.empty_strided(shape, stride, dtype=grad.dtype, device=grad.device)
+    return out.copy_(grad)
+
+
+def _output_nodes(gm: torch.fx.GraphModule) -> list:
+    (node,) = [n for n in gm.graph.nodes if n.op == "output"]
+    values = node.args[0]
+    return list(values) if isinstance(values, (tuple, list)) else [values]
+
+
+def simple_first_call(inputs, outputs, mutated) -> bool:
+    """Whether AOTAutograd's first call of a signature did nothing its wrappers exist for: no
+    input mutated, every output a tensor of its own memory (no alias of an input or another
+    output, which AOTAutograd regenerates as a view)."""
+    if mutated or not all(isinstance(o, torch.Tensor) for o in outputs):
+        return False
+    return not _shares_memory(list(outputs) + list(inputs), len(outputs))
+
+
+def _shares_memory(tensors, outputs: int) -> bool:
+    """Whether one of the first `outputs` tensors shares storage with any other tensor."""
+    seen = {}
+    for k, t in enumerate(tensors):
+        key = (t.device, t.untyped_storage().data_ptr())
+        if key in seen and (k < outputs or seen[key] < outputs) and t.untyped_storage().nbytes() > 0:
+            return True
+        seen.setdefault(key, k)
+    return False
