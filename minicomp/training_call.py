@@ -51,6 +51,7 @@ class LeanCall:
             or len(tangents) != sum(differentiable)
             or len(_output_nodes(backward.fx)) != inputs
             or not all(isinstance(n.meta.get("val"), torch.Tensor) for n in tangents)
+            or not all(isinstance(getattr(n, "meta", {}).get("val"), torch.Tensor) for n in fw_outs)  # no sizes saved
         ):
             return None
         layouts = tuple((tuple(n.meta["val"].shape), tuple(n.meta["val"].stride())) for n in tangents)

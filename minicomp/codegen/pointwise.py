@@ -67,6 +67,7 @@ class PointwiseWriter(KernelWriter):
             shape[split.dim] = split.size
         super().__init__(plan, kernel, IterationSpace(shape, base="offsets"), survey)
         self.paired: dict[tuple[str, Expr], tuple[ops.Value, ops.Value]] = {}  # (buffer, pair address) -> halves
+        self.uses_pairs = False  # a paired load or a joined store: the kernel defines `pairs`
 
     def root_index(self, part: int = 0) -> tuple[Expr, ...]:
         """The index of a stored value: logical dim order[k] walks variable x_k
@@ -109,6 +110,7 @@ class PointwiseWriter(KernelWriter):
             split = f"tl.split(tl.reshape({code}, [BLOCK_SIZE, 2]))"
             self.plain_loads.append(f"{halves[0].code}, {halves[1].code} = {split}")
             self.paired[(name, even)] = halves
+            self.uses_pairs = True
         return self.paired[(name, even)][offset.const % 2]
 
     def write(self) -> KernelSource:
@@ -134,12 +136,11 @@ class PointwiseWriter(KernelWriter):
                     stores.append(lines[part])
                 elif part == parts - 1:  # the parts' values joined: one store
                     stores.extend(lines)
-        pairs = bool(self.paired) or any(s.startswith("tl.store(out") and "pairs" in s for s in stores)
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
         wide = needs_wide_index(self.graph, self.space.numel, args)
         defs = [f"x{v.dim} = {self.space.definition(v)}" for v in sorted(self.vars, key=lambda v: v.dim)]
-        if pairs:  # element k of the walk's pairs: offsets 2*pid*BLOCK_SIZE + k
+        if self.uses_pairs:  # element k of the walk's pairs: offsets 2*pid*BLOCK_SIZE + k
             start = "pid.to(tl.int64)" if wide else "pid"
             defs += [
                 f"pairs = {start} * (2 * BLOCK_SIZE) + tl.arange(0, 2 * BLOCK_SIZE)",
@@ -181,6 +182,7 @@ class PointwiseWriter(KernelWriter):
         starts = {self.pair_start(o) for o in offsets}
         if len(offsets) == 2 and len(starts) == 1 and None not in starts and offsets[1] - offsets[0] == const(1):
             joined = f"tl.reshape(tl.join({codes[0]}, {codes[1]}), [2 * BLOCK_SIZE])"
+            self.uses_pairs = True
             return [f"tl.store({out} + {_pairs_at(starts.pop())}, {joined}, mask=pair_mask)"]
         stores = []
         for offset, code in zip(offsets, codes):
