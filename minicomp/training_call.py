@@ -32,8 +32,7 @@ from torch.autograd.function import once_differentiable
 class LeanCall:
     forward: object  # boxed([inputs]) -> outputs (compiler.Compiled.boxed)
     backward: object  # boxed([saved..., tangents...]) -> a gradient (or None) per input
-    outputs: int  # the user's outputs, first among the forward graph's
-    differentiable: tuple[bool, ...]  # per output: requires grad (gets a tangent)
+    differentiable: tuple[bool, ...]  # per user output (first among the forward graph's): gets a tangent
     tangents: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # (shape, stride) traced per tangent
 
     @staticmethod
@@ -55,7 +54,7 @@ class LeanCall:
         ):
             return None
         layouts = tuple((tuple(n.meta["val"].shape), tuple(n.meta["val"].stride())) for n in tangents)
-        return LeanCall(forward.boxed, backward.boxed, len(differentiable), differentiable, layouts)
+        return LeanCall(forward.boxed, backward.boxed, differentiable, layouts)
 
     def __call__(self, tensors) -> tuple:
         return LeanFunction.apply(self, *tensors)
@@ -65,9 +64,10 @@ class LeanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call: LeanCall, *inputs):
         results = _without_autocast(call.forward, list(inputs))
-        outputs = tuple(results[: call.outputs])
+        count = len(call.differentiable)
+        outputs = tuple(results[:count])
         ctx.call = call
-        ctx.save_for_backward(*results[call.outputs :])
+        ctx.save_for_backward(*results[count:])
         ctx.mark_non_differentiable(*(o for o, d in zip(outputs, call.differentiable) if not d))
         return outputs
 
@@ -77,9 +77,10 @@ class LeanFunction(torch.autograd.Function):
         call = ctx.call
         args = list(ctx.saved_tensors)
         ctx.maybe_clear_saved_tensors()  # the list is then what holds them: freed at last use
-        for grad, wanted, (shape, stride) in zip(grads, call.differentiable, _each_tangent(call)):
+        layouts = iter(call.tangents)  # one per output that gets a tangent, in order
+        for grad, wanted in zip(grads, call.differentiable):
             if wanted:
-                args.append(_laid_out(grad, shape, stride))
+                args.append(_laid_out(grad, *next(layouts)))
         return (None, *_without_autocast(call.backward, args))
 
 
@@ -90,12 +91,6 @@ def _without_autocast(graph, args: list):
         with torch.autocast(device, enabled=False):
             return graph(args)
     return graph(args)
-
-
-def _each_tangent(call: LeanCall):
-    """(shape, stride) per output, in step with `differentiable` (None for the others)."""
-    layouts = iter(call.tangents)
-    return [next(layouts) if wanted else (None, None) for wanted in call.differentiable]
 
 
 def _laid_out(grad: torch.Tensor, shape, stride) -> torch.Tensor:
