@@ -23,7 +23,7 @@ for part in "$@"; do
             path=.; [ $tree = prev ] && path=prev_tree:.
             for args in "rms_norm_fwbw layer_norm_fwbw softmax_fwbw --sizes 32768" "cross_entropy_fwbw --sizes 8192"; do
                 # shellcheck disable=SC2086
-                PYTHONPATH=$path python -m minicomp bench --out /tmp/train-$tree --skip-compile-time --workloads $args \
+                PYTHONPATH=$path python -P -m minicomp bench --out /tmp/train-$tree --skip-compile-time --workloads $args \
                     2>&1 | grep "^|" | grep -v eager >> "$OUT/training_$tree.md"
             done
         done

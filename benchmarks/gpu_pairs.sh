@@ -30,12 +30,12 @@ for part in "$@"; do
     host) python -m benchmarks.experiments.step_host_time "$OUT/step_host_time.json" ;;
     hostab)
         python -m benchmarks.experiments.step_host_time "$OUT/step_host_time_lean.json" | cut -c1-200
-        PYTHONPATH=prev_tree:. python -m benchmarks.experiments.step_host_time "$OUT/step_host_time_before.json" \
+        PYTHONPATH=prev_tree:. python -P -m benchmarks.experiments.step_host_time "$OUT/step_host_time_before.json" \
             | cut -c1-200 ;;
     tests2) python -m pytest -q -p no:cacheprovider -k cuda tests/test_training_call.py tests/test_autograd.py \
         tests/test_training_reductions.py tests/test_trust.py 2>&1 | tail -3 | tee "$OUT/gpu_tests_lean.txt" ;;
     prev)
-        PYTHONPATH=prev_tree:. python -m minicomp bench --out /tmp/forms-prev --skip-compile-time \
+        PYTHONPATH=prev_tree:. python -P -m minicomp bench --out /tmp/forms-prev --skip-compile-time \
             --workloads rope_gptj rope_gptj_fwbw rope_gqa_fwbw --sizes 2048 > "$OUT/prev.log" 2>&1
         cp /tmp/forms-prev/*/table.md "$OUT/prev_table.md"
         grep -E "minicomp|inductor" "$OUT/prev_table.md" ;;

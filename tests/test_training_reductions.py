@@ -52,7 +52,7 @@ def test_layer_norm_backward_writes_dx_dw_db_in_two_kernels(device, dtype):
     entry = grads_match(layer_norm, x * 3 + 1, w, b)
     assert kernel_count(entry.backward.source) == 2
     first = kernel_text(entry.backward.source)[0]
-    assert first.count("_acc = tl.full([XBLOCK, RBLOCK]") == 2  # dW and db partials beside dx
+    assert first.count("_acc = tl.full([1, RBLOCK]") == 2  # dW and db partial rows beside dx
 
 
 def test_each_program_sums_its_row_group(device):
@@ -62,7 +62,26 @@ def test_each_program_sums_its_row_group(device):
         entry = grads_match(rms_norm, x, w)
     source = entry.backward.source
     assert "24 rows a program" in source and "groups=4" in source
-    assert "for xoffset in range(0, 24, XBLOCK)" in source
+    assert "for xoffset in tl.range(0, 24, XBLOCK, num_stages=2)" in source
+
+
+def test_row_groups_keep_one_accumulator_row_for_sums_maxima_and_minima(device):
+    """Each program adds each step's XBLOCK rows into one partial row ([1, RBLOCK]); max and min
+    combine the same way, a NaN in a column carried to the result as eager carries it."""
+
+    def norm_and_columns(x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return h, (h * 2).amax(0), (h * 3).amin(0), h.sum(0)
+
+    x = torch.randn(96, 32, device=device)
+    x[50, 7] = float("nan")
+    with config.override(group_programs=4, group_min_rows=8):
+        compiled = minicomp.jit(norm_and_columns)
+        got = compiled(x)
+        source = compiled.compiled(x).source
+    assert "groups=4" in source and source.count("_partial_acc = tl.full([1, RBLOCK]") == 3
+    for a, b in zip(got, norm_and_columns(x)):
+        torch.testing.assert_close(a, b, equal_nan=True)
 
 
 def test_backward_compiles_with_the_settings_of_its_forward(device):

@@ -9,7 +9,9 @@ plan (which ops run as ATen calls, which as generated kernels). The totals
 say which kernels make up a difference between the two; `idle` says how long the
 GPU waited between kernels, and where (the largest gaps). With BLOCK_STEP=train
 in the environment: `llama_block_fwbw`, a training step (forward + backward,
-4 k/v heads) instead, and the plans of its forward and backward.
+4 k/v heads) instead, and the plans of its forward and backward. With PROFILE_WORKLOAD (and
+PROFILE_SIZE, PROFILE_DTYPE): any bench workload instead of the block (a training step where the
+workload is one), e.g. `PROFILE_WORKLOAD=rms_norm_fwbw PROFILE_SIZE=32768`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 import minicomp
 import minicomp.dynamo
 from benchmarks.experiments import harness
-from minicomp.workloads import WORKLOADS, llama_block
+from minicomp.workloads import WORKLOADS
 
 
 def kernel_times(fn, inputs, calls: int, device: str) -> tuple[dict[str, float], dict]:
@@ -84,26 +86,30 @@ def training_step(fn):
 
 def main(argv=None):
     run = harness.parse(argv, __doc__)
-    train = os.environ.get("BLOCK_STEP") == "train"
-    seq, dtype = (8, torch.float32) if run.tiny else (2048, torch.bfloat16)
-    inputs = WORKLOADS["llama_block_fwbw" if train else "llama_block"].make(seq, dtype, run.device)
+    block = "llama_block_fwbw" if os.environ.get("BLOCK_STEP") == "train" else "llama_block"
+    name = os.environ.get("PROFILE_WORKLOAD", block)
+    work = WORKLOADS[name]
+    train = work.backward
+    seq = 8 if run.tiny else int(os.environ.get("PROFILE_SIZE", 2048))
+    dtype = torch.float32 if run.tiny else getattr(torch, os.environ.get("PROFILE_DTYPE", "bfloat16"))
+    inputs = work.make(seq, dtype, run.device)
     torch._dynamo.reset()
     result, rows = {}, []
     for impl in ("minicomp", "inductor"):
         backend = minicomp.dynamo.backend if impl == "minicomp" else "inductor"
-        fn = torch.compile(llama_block, backend=backend)
+        fn = torch.compile(work.fn, backend=backend)
         with torch.set_grad_enabled(train):
             times, gaps = kernel_times(training_step(fn) if train else fn, inputs, 1 if run.tiny else 10, run.device)
         result[impl] = dict(total_us=sum(times.values()), kernels=times, idle=gaps)
         rows += [dict(impl=impl, kernel=name, us=us) for name, us in times.items()]
-    jit = minicomp.jit(llama_block)
+    jit = minicomp.jit(work.fn)
     if train:
         training_step(jit)(*inputs)
         entry = jit.entry(*inputs)
         result["minicomp_plan"] = str(entry.forward.plan).splitlines() + str(entry.backward.plan).splitlines()
     else:
         result["minicomp_plan"] = str(jit.compiled(*inputs).plan).splitlines()
-    run.write(seq=seq, dtype=str(dtype), rows=rows, **result)
+    run.write(workload=name, seq=seq, dtype=str(dtype), rows=rows, **result)
     for impl in ("minicomp", "inductor"):
         print(f"{impl}: {result[impl]['total_us']:.1f} us per call", result[impl]["idle"])
         for name, us in list(result[impl]["kernels"].items())[:14]:

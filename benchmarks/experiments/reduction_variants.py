@@ -17,7 +17,7 @@ online max's -inf fill and `_exp_shift`'s exp2 of session 12, which adopted two 
 measure them again, run the script against that tree:
 
     git archive 31d2a2e minicomp | tar -x -C prev_tree
-    PYTHONPATH=prev_tree:. python -m benchmarks.experiments.reduction_variants OUT.json
+    PYTHONPATH=prev_tree:. python -P -m benchmarks.experiments.reduction_variants OUT.json
 
 Against today's text an edit whose target is gone is reported and skipped.
 """

@@ -268,9 +268,9 @@ def mc_fused_mul_view_sum_alias_pow_expand_0(tangents_1_ptr, primals_1_ptr, rsqr
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], True, tl.int1)
     r0 = rindex
-    sum_1_partial_acc = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)
+    sum_1_partial_acc = tl.full([1, RBLOCK], 0.0, tl.float32)
     primals_2 = tl.load(primals_2_ptr + r0, mask=rmask, other=0)
-    for xoffset in range(0, 16, XBLOCK):  # this program's 16 rows
+    for xoffset in tl.range(0, 16, XBLOCK, num_stages=2):  # this program's 16 rows
         xindex = xstart + xoffset + tl.arange(0, XBLOCK)[:, None]
         xmask = (xoffset + tl.arange(0, XBLOCK)[:, None] < 16) & (xindex < n_rows)
         x0 = xindex
@@ -281,7 +281,7 @@ def mc_fused_mul_view_sum_alias_pow_expand_0(tangents_1_ptr, primals_1_ptr, rsqr
         mul_3 = tangents_1 * mul  # aten.mul.Tensor
         mul_2 = tangents_1 * primals_2  # aten.mul.Tensor
         mul_4 = mul_2 * primals_1  # aten.mul.Tensor
-        sum_1_partial_acc = tl.where(xmask & rmask, _sum(sum_1_partial_acc, mul_3), sum_1_partial_acc)
+        sum_1_partial_acc = _sum(sum_1_partial_acc, tl.reduce(tl.where(xmask & rmask, mul_3, 0.0), 0, _sum)[None, :])
         sum_2 = tl.reduce(tl.where(rmask, mul_4, 0.0), 1, _sum)[:, None]  # sum
         mul_6 = sum_2 * -0.5  # aten.mul.Scalar
         pow_2 = rsqrt * rsqrt * rsqrt  # aten.pow.Tensor_Scalar
@@ -292,7 +292,7 @@ def mc_fused_mul_view_sum_alias_pow_expand_0(tangents_1_ptr, primals_1_ptr, rsqr
         mul_9 = div * mul_8  # aten.mul.Tensor
         add_1 = mul_5 + mul_9  # aten.add.Tensor
         tl.store(out1_ptr + (64*x0 + r0), add_1, mask=xmask & rmask)
-    sum_1_partial = tl.reduce(sum_1_partial_acc, 0, _sum)[None, :]  # sum of its rows
+    sum_1_partial = sum_1_partial_acc  # sum of its rows
     tl.store(out0_ptr + pid * 64 + r0, sum_1_partial, mask=rmask)
 
 
