@@ -113,6 +113,11 @@ def parse(argv, doc: str) -> Run:
     return Run(args.out, args.tiny)
 
 
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float64: a variant's output against the reference's."""
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
 def cpu_ms(fn, sets, calls: int = 2) -> float:
     cycle = itertools.cycle(sets or [[]])
     start = time.perf_counter()

@@ -26,7 +26,7 @@ import torch
 
 import minicomp
 from benchmarks.experiments import harness
-from benchmarks.experiments.reduction_variants import helpers
+from benchmarks.experiments.reduction_variants import edits, helpers
 from minicomp.bench import measure
 from minicomp.workloads import WORKLOADS
 
@@ -54,15 +54,6 @@ def stages(n: int | None):
         return text.replace(
             loop.group(0), f"range({loop.group(1)})" if n is None else f"tl.range({loop.group(1)}, num_stages={n})"
         )
-
-    return apply
-
-
-def edits(*steps):
-    def apply(text):
-        for step in steps:
-            text = step(text)
-        return text
 
     return apply
 
@@ -107,10 +98,6 @@ def _results(buffers, args) -> list[torch.Tensor]:
         elif not name.startswith(("primals", "tangents")) and isinstance(value, torch.Tensor) and value.ndim > 1:
             outs.append(value.clone())
     return outs
-
-
-def _error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
 def events_ms(run, args, runs: int = 15) -> float:
@@ -159,7 +146,7 @@ def main(argv=None):
             go(*args)
             results = _results(call.buffers, args)
             reference = reference or results
-            error = max(_error(a, b) for a, b in zip(results, reference))
+            error = max(harness.relative_error(a, b) for a, b in zip(results, reference))
             row = dict(
                 workload=wname,
                 variant=name,

@@ -24,6 +24,7 @@ import torch
 
 import minicomp
 from benchmarks.experiments import harness
+from benchmarks.experiments.reduction_variants import helpers
 from minicomp.bench import measure
 from minicomp.workloads import WORKLOADS
 
@@ -86,12 +87,12 @@ def main(argv=None):
                     grid = min(blocks, waves * sms)
                     name = f"persistent, {waves} x SMs, num_stages={stages}"
                     source = persistent(text, stages, grid, blocks)
-                    kernel = harness.kernel_from_text(source + "\n\n\n" + _helpers(compiled.source), name)
+                    kernel = harness.kernel_from_text(source + "\n\n\n" + helpers(compiled.source), name)
                 go = lambda *a, k=kernel, g=grid: k[(g,)](*a, **{launch.block_name: block}, num_warps=warps)  # noqa: E731
                 go(*args[0])
                 outs = [a.clone() for a, n in zip(args[0], call.buffers) if n in call.writes]
                 reference = reference or outs
-                error = max(_error(a, b) for a, b in zip(outs, reference))
+                error = max(harness.relative_error(a, b) for a, b in zip(outs, reference))
                 row = dict(
                     workload=wname,
                     dtype=str(dtype)[6:],
@@ -113,15 +114,6 @@ def main(argv=None):
                 rows.append(row)
                 print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     run.write(bandwidth_gbps=bandwidth / 1e9, sms=sms, rounds=ROUNDS, rows=rows)
-
-
-def _helpers(source: str) -> str:
-    """The module's @triton.jit helpers, as text (a kernel may call them)."""
-    return "\n\n".join(re.findall(r"@triton\.jit\ndef _\w+\(.*?(?=\n\n\n|\n\n@|\n\n#|\Z)", source, flags=re.S))
-
-
-def _error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
 if __name__ == "__main__":
