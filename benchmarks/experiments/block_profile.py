@@ -87,8 +87,8 @@ def training_step(fn):
 def main(argv=None):
     run = harness.parse(argv, __doc__)
     block = "llama_block_fwbw" if os.environ.get("BLOCK_STEP") == "train" else "llama_block"
-    name = os.environ.get("PROFILE_WORKLOAD", block)
-    work = WORKLOADS[name]
+    workload = os.environ.get("PROFILE_WORKLOAD", block)
+    work = WORKLOADS[workload]
     train = work.backward
     seq = 8 if run.tiny else int(os.environ.get("PROFILE_SIZE", 2048))
     dtype = torch.float32 if run.tiny else getattr(torch, os.environ.get("PROFILE_DTYPE", "bfloat16"))
@@ -109,7 +109,7 @@ def main(argv=None):
         result["minicomp_plan"] = str(entry.forward.plan).splitlines() + str(entry.backward.plan).splitlines()
     else:
         result["minicomp_plan"] = str(jit.compiled(*inputs).plan).splitlines()
-    run.write(workload=name, seq=seq, dtype=str(dtype), rows=rows, **result)
+    run.write(workload=workload, seq=seq, dtype=str(dtype), rows=rows, **result)
     for impl in ("minicomp", "inductor"):
         print(f"{impl}: {result[impl]['total_us']:.1f} us per call", result[impl]["idle"])
         for name, us in list(result[impl]["kernels"].items())[:14]:
