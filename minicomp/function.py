@@ -105,13 +105,15 @@ def _signature(fn) -> inspect.Signature | None:
 
 
 def _copy(value):
-    """A copy of a tensor argument with the same strides and requires_grad (for looking inside)."""
+    """A copy of a tensor argument with the same strides and requires_grad (for looking inside):
+    the memory its elements span, copied whole, so an expanded or overlapping argument (`b.expand(
+    64, n)`, stride 0) keeps its strides, which `copy_` into such a layout refuses."""
     if not isinstance(value, torch.Tensor):
         return value
+    span = 1 + sum((n - 1) * st for n, st in zip(value.shape, value.stride())) if value.numel() else 0
     with torch.no_grad():
-        copy = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
-        copy.copy_(value)
-    return copy.requires_grad_(value.requires_grad)
+        memory = value.as_strided((span,), (1,)).clone()
+    return memory.as_strided(value.shape, value.stride()).requires_grad_(value.requires_grad)
 
 
 class JitFunction:

@@ -64,6 +64,8 @@ class Launch:
         extent: int = 0,
         groups: int = 0,
         pieces: tuple[int, ...] = (),
+        planes: int = 0,
+        group: int = 0,
     ):
         self.kernel, self.numel, self.device = kernel, numel, torch.device(device)
         self.pieces = pieces  # a combined launch (templates/combo.py.j2): each kernel's elements
@@ -71,6 +73,7 @@ class Launch:
         self.row = row  # a reduction kernel's RBLOCK (numel then counts rows), else 0
         self.extent = extent  # a reduction kernel's row length (its work is numel * extent)
         self.groups = groups  # a grouped reduction kernel's programs: each takes its rows XBLOCK at a time
+        self.planes, self.group = planes, group  # planes walked `group` side by side (codegen/plane_order.py)
         self.block_name = "XBLOCK" if row else "BLOCK_SIZE"
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
@@ -88,6 +91,8 @@ class Launch:
     def grid(self, block: int) -> int:
         if self.pieces:  # each piece's programs, one after the other
             return sum(-(-n // block) for n in self.pieces)
+        if self.planes:  # every group of planes padded to `group` planes, each plane's blocks
+            return -(-self.planes // self.group) * self.group * -(-(self.numel // self.planes) // block)
         return self.groups or -(-self.numel // block)
 
     @property

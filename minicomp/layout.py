@@ -25,6 +25,11 @@ def output_strides(meta: TensorMeta) -> tuple[int, ...]:
     return tuple(dense) if step == meta.numel or meta.numel == 0 else tuple(contiguous_strides(meta.shape))
 
 
+def extent(shape, stride) -> int:
+    """Elements from a tensor's first to its last, plus one (a broadcast's repeats counted once)."""
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+
+
 def is_dense(shape, stride) -> bool:
     """Whether `stride` lays `shape` out over exactly its elements: a permutation of the dims of a
     contiguous tensor (size-1 dims aside), no gaps, no overlap."""

@@ -67,6 +67,10 @@ def rope_gptj(q, k, cos, sin):
     return one(q), one(k)
 
 
+def mask_add(scores, mask):  # eager attention's additive mask, broadcast over batch and heads
+    return scores + mask
+
+
 def rms_norm(x, w):  # Hugging Face's LlamaRMSNorm.forward
     h = x.float()
     variance = h.pow(2).mean(-1, keepdim=True)
@@ -164,6 +168,10 @@ def _rope_forms(q_heads: int, k_heads: int, rotary: int, transposed: bool = Fals
     return make
 
 
+def _scores(seq: int, dtype, device):  # attention scores [4, 16, S, S] and a mask [S, S]
+    return [torch.randn(4, 16, seq, seq, dtype=dtype, device=device), torch.randn(seq, seq, dtype=dtype, device=device)]
+
+
 def _rows(n_inputs: int, n_weights: int, width: int = 4096, grad: bool = False):
     def make(rows: int, dtype, device):
         xs = [torch.randn(rows, width, dtype=dtype, device=device, requires_grad=grad) for _ in range(n_inputs)]
@@ -229,6 +237,8 @@ WORKLOADS = {
             "rope_neox_partial_fwbw", rope_neox_partial, _rope_forms(32, 32, 32, grad=True), ROPE_SEQS, backward=True
         ),
         Workload("rope_gptj_fwbw", rope_gptj, _rope_forms(32, 32, 64, grad=True), ROPE_SEQS, backward=True),
+        # a broadcast input larger than a plane's share of L2 (codegen/plane_order.py)
+        Workload("mask_add", mask_add, _scores, [1024, 2048]),
         Workload("rms_norm", rms_norm, _rows(1, 1), NORM_ROWS),
         Workload("add_rms_norm", add_rms_norm, _rows(2, 1), NORM_ROWS),
         Workload("layer_norm", layer_norm, _rows(1, 2), NORM_ROWS),

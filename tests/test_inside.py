@@ -31,6 +31,17 @@ def test_explain_shows_every_stage_and_writes_the_image(tmp_path):
     assert "mc_fused_add_mul_pow_tanh_0" in labels and "tanh" in labels
 
 
+def test_source_of_an_expanded_or_overlapping_argument(device):
+    """Regression: `fn.source(b.expand(...))` copied the argument into its own strides with
+    `copy_`, which refuses a layout whose elements share memory (a raw RuntimeError). The copy
+    keeps the strides (the signature compiled is the one called) and the values."""
+    b = torch.randn(16, device=device)
+    fn = minicomp.jit(lambda y: y * 2)
+    for arg in (b.expand(4, 16), b.as_strided((3, 8), (4, 1)), b[1::3]):
+        assert f"stride {tuple(arg.stride())}" in fn.source(arg)
+        torch.testing.assert_close(fn(arg), arg * 2)
+
+
 def test_explain_gives_the_reason_a_value_is_not_fused(tmp_path):
     def mlp(x, w1, b):
         return torch.sigmoid(torch.relu(x * 2) @ w1 + b)

@@ -43,6 +43,7 @@ class KernelSource:
     sizes: list[str] = field(default_factory=list)  # runtime size parameters (codegen/families.py)
     size_values: list[int] = field(default_factory=list)  # and this signature's values for them
     parts: int = 1  # elements written per offset (codegen/split.py)
+    planes: tuple[int, ...] = ()  # (planes, walked side by side) of a pointwise kernel (codegen/plane_order.py)
     row: int = 0  # a reduction kernel's RBLOCK: elements of a row each program holds (launch.py)
     extent: int = 0  # a reduction kernel's row length: elements each row reduces
     groups: int = 0  # a grouped reduction kernel's programs, one a row group (fusion.Kernel.group)

@@ -24,7 +24,7 @@ from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.fusion import Extern, Kernel, Plan
 from minicomp.ir import Ref, TensorMeta
-from minicomp.layout import is_dense
+from minicomp.layout import extent, is_dense
 from minicomp.storages import Storages
 from minicomp.storages import uses as step_uses
 from minicomp.templates import ENV
@@ -175,11 +175,12 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
 def _combinable(source: KernelSource, kernel: Kernel, hosts: dict[str, str]) -> bool:
     """Whether a kernel may share a launch with a neighbour (issue #18: RoPE's q with 32 heads and
     k with 8 are two iteration spaces, so two kernels; one launch has one tail, not two): a
-    pointwise kernel without runtime sizes (a family member keeps its own launch) and not
-    writing in place (`_hosts`). The caller also asks the pair to be independent and to write
-    the same elements per offset (`parts`). The second kernel's outputs are then allocated
-    before the first runs (the decoder block's peak did not move: 662.6 MiB)."""
-    return kernel.kind == "pointwise" and not source.sizes and not hosts
+    pointwise kernel without runtime sizes (a family member keeps its own launch), not
+    writing in place (`_hosts`) and walking its blocks in order (codegen/plane_order.py). The
+    caller also asks the pair to be independent and to write the same elements per offset
+    (`parts`). The second kernel's outputs are then allocated before the first runs (the decoder
+    block's peak did not move: 662.6 MiB)."""
+    return kernel.kind == "pointwise" and not source.sizes and not hosts and not source.planes
 
 
 def _independent(first: Kernel, second: Kernel) -> bool:
@@ -230,17 +231,12 @@ def _hosts(plan: Plan, storages: Storages, source: KernelSource, dying: list[str
                 and (other.dtype, other.device) == (meta.dtype, meta.device)
                 and other.stride == plan.strides.get(buffer, other.stride)
                 and is_dense(other.shape, other.stride)  # it is all its memory
-                and _extent(meta.shape, plan.strides[name]) <= other.numel
+                and extent(meta.shape, plan.strides[name]) <= other.numel
             ):
                 hosts[name] = buffer
                 taken.add(buffer)
                 break
     return hosts
-
-
-def _extent(shape, stride) -> int:
-    """Elements from a tensor's first to its last, plus one."""
-    return 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
 
 
 def _freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:

@@ -23,10 +23,12 @@ from __future__ import annotations
 import torch
 
 from minicomp import dtypes, ops
+from minicomp.codegen import plane_order
 from minicomp.codegen import split as splitting
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.fusion import Kernel, Plan
 from minicomp.indexing import Expr, IterationSpace, const, size
+from minicomp.layout import extent
 
 
 def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:
@@ -55,7 +57,7 @@ def _surveyed(plan: Plan, kernel: Kernel, split: splitting.Split | None = None):
 class PointwiseWriter(KernelWriter):
     tile = "[BLOCK_SIZE]"
     root_mask = "mask"
-    reserved = ("offsets", "mask", "pid", "pairs", "pair_mask")
+    reserved = ("offsets", "mask", "pid", "pairs", "pair_mask", "blocks", "plane", "start")
 
     def __init__(self, plan: Plan, kernel: Kernel, split: splitting.Split | None = None, survey: dict | None = None):
         first = plan.graph[kernel.stores[0]].meta
@@ -140,7 +142,11 @@ class PointwiseWriter(KernelWriter):
         args = list(self.pointers) + list(outs)
         wide = needs_wide_index(self.graph, self.space.numel, args)
         defs = [f"x{v.dim} = {self.space.definition(v)}" for v in sorted(self.vars, key=lambda v: v.dim)]
-        if self.uses_pairs:  # element k of the walk's pairs: offsets 2*pid*BLOCK_SIZE + k
+        order = plane_order.choose(self.space.shape, self.load_offsets, self._bytes(args))
+        if order is not None:  # the template leaves `offsets` and `mask` to these lines
+            inner = self.space.numel // order.planes
+            defs = plane_order.prologue(order, inner, wide, self.uses_pairs) + defs
+        elif self.uses_pairs:  # element k of the walk's pairs: offsets 2*pid*BLOCK_SIZE + k
             start = "pid.to(tl.int64)" if wide else "pid"
             defs += [
                 f"pairs = {start} * (2 * BLOCK_SIZE) + tl.arange(0, 2 * BLOCK_SIZE)",
@@ -158,6 +164,8 @@ class PointwiseWriter(KernelWriter):
                 f"  {self.split.describe(self.full_shape[self.split.dim])}: "
                 f"each part's cat/slice choices are decided in its own lines"
             )
+        if order is not None:
+            header.append(f"  {order.describe()}")
         return KernelSource(
             kernel=self.kernel,
             name=self.kernel.name,
@@ -168,6 +176,7 @@ class PointwiseWriter(KernelWriter):
             body=defs + self.plain_loads + self.lines + stores,
             wide_index=wide,
             parts=self.split.parts if self.split else 1,
+            planes=(order.planes, order.group) if order else (),
             aligned={}
             if self.split
             else {
@@ -175,6 +184,15 @@ class PointwiseWriter(KernelWriter):
                 for name in self.kernel.stores
             },
         )
+
+    def _bytes(self, buffers: list[str]) -> dict[str, int]:
+        """Bytes each buffer the kernel reads or writes spans in memory (an expanded input's
+        repeats counted once)."""
+        spans = {}
+        for name in buffers:
+            meta = self.graph[name].meta
+            spans[name] = extent(meta.shape, self.plan.strides.get(name, meta.stride)) * meta.dtype.itemsize
+        return spans
 
     def _stores(self, out: str, offsets: list[Expr], codes: list[str]) -> list[str]:
         """The stores of one output, a value a part: the two parts' values joined into one store
