@@ -110,7 +110,7 @@ def _copy(value):
     64, n)`, stride 0) keeps its strides, which `copy_` into such a layout refuses."""
     if not isinstance(value, torch.Tensor):
         return value
-    span = 1 + sum((n - 1) * st for n, st in zip(value.shape, value.stride())) if value.numel() else 0
+    span = 1 + sum((n - 1) * st for n, st in zip(value.shape, value.stride())) if value.numel() else 0  # layout.extent
     with torch.no_grad():
         memory = value.as_strided((span,), (1,)).clone()
     return memory.as_strided(value.shape, value.stride()).requires_grad_(value.requires_grad)

@@ -24,7 +24,6 @@ planes side by side where codegen/plane_order.py's rule says so.
 
 from __future__ import annotations
 
-import inspect
 import math
 import sys
 
@@ -91,13 +90,11 @@ def main(argv=None):
             with config.override(reuse_bytes=1 << 62):  # the plain order, whatever the rule says
                 jit(*sets[0])  # tunes the launch config
                 compiled = jit.compiled(*sets[0])
-            call = compiled.kernels[0]
-            launch = compiled.launch(call)
-            if len(compiled.kernels) != 1 or getattr(launch, "pieces", None) or "n_elements" not in compiled.source:
-                print(f"{wname}: not one plain pointwise kernel: skipped", flush=True)
+            lone = harness.lone_pointwise(compiled)
+            if lone is None:
+                print(f"{wname}: not one pointwise kernel launched alone: skipped", flush=True)
                 continue
-            text = getattr(launch.kernel, "src", None) or inspect.getsource(launch.kernel.fn)
-            text = text if text.lstrip().startswith("@") else "@triton.jit\n" + text
+            call, launch, text = lone
             block, warps = launch.config or launch.heuristic()
             outer = math.prod(sets[0][0].shape[:lead])
             inner = launch.numel // outer
@@ -114,11 +111,7 @@ def main(argv=None):
                     kernel = harness.kernel_from_text(source + "\n\n\n" + helpers(compiled.source), name)
                     grid = cdiv(units, group) * group * stretch * cdiv(cdiv(inner, block), stretch)
                 go = lambda *a, k=kernel, g=grid: k[(g,)](*a, BLOCK_SIZE=block, num_warps=warps)  # noqa: E731
-                for a, n in zip(args[0], call.buffers):
-                    if n in call.writes:
-                        a.fill_(float("nan"))  # an element the variant does not write shows as an error
-                go(*args[0])
-                outs = [a.clone() for a, n in zip(args[0], call.buffers) if n in call.writes]
+                outs = harness.written(call, args[0], go)
                 reference = reference or outs
                 error = max(harness.relative_error(a, b) for a, b in zip(outs, reference))
                 row = dict(

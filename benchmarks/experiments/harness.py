@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import itertools
 import json
 import os
@@ -139,6 +140,30 @@ def kernel_from_text(kernel_source: str, name: str, transform=lambda s: s):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, re.search(r"^def (\w+)", kernel_source, re.M).group(1))
+
+
+def lone_pointwise(compiled):
+    """(call, launch, text) of a module's one pointwise kernel launched alone (its @triton.jit
+    source, decorator included), or None for anything else (several kernels, a reduction, a
+    combined launch)."""
+    if len(compiled.kernels) != 1 or "n_elements" not in compiled.source:
+        return None
+    call = compiled.kernels[0]
+    launch = compiled.launch(call)
+    if getattr(launch, "pieces", None):
+        return None
+    text = getattr(launch.kernel, "src", None) or inspect.getsource(launch.kernel.fn)
+    return call, launch, text if text.lstrip().startswith("@") else "@triton.jit\n" + text
+
+
+def written(call, args, run) -> list[torch.Tensor]:
+    """Copies of the outputs `run(*args)` writes into the kernel `call`'s output buffers, each
+    filled with NaN first: an element a variant leaves unwritten shows in its error."""
+    for buffer, name in zip(args, call.buffers):
+        if name in call.writes:
+            buffer.fill_(float("nan"))
+    run(*args)
+    return [buffer.clone() for buffer, name in zip(args, call.buffers) if name in call.writes]
 
 
 def rope_modules(inputs, max_parts: int | None = None):

@@ -16,7 +16,6 @@ the as-written kernel's. A measurement aid only: minicomp emits the plain grid.
 
 from __future__ import annotations
 
-import inspect
 import re
 import sys
 
@@ -64,16 +63,11 @@ def main(argv=None):
             jit = minicomp.jit(work.fn)
             jit(*sets[0])  # tunes the launch config
             compiled = jit.compiled(*sets[0])
-            if len(compiled.kernels) != 1 or "n_elements" not in compiled.source:
-                print(f"{wname}: {len(compiled.kernels)} kernels / not the pointwise template: skipped", flush=True)
+            lone = harness.lone_pointwise(compiled)
+            if lone is None:
+                print(f"{wname}: not one pointwise kernel launched alone: skipped", flush=True)
                 continue
-            call = compiled.kernels[0]
-            launch = compiled.launch(call)
-            if getattr(launch, "pieces", None):
-                print(f"{wname}: a combined launch: skipped", flush=True)
-                continue
-            text = getattr(launch.kernel, "src", None) or inspect.getsource(launch.kernel.fn)
-            text = text if text.lstrip().startswith("@") else "@triton.jit\n" + text
+            call, launch, text = lone
             block, warps = launch.config or launch.heuristic()
             block = 4096 if run.tiny else block  # tiny: several blocks a program, so the loop is exercised
             args = [compiled.bare_arguments(call, list(s)) for s in sets]
@@ -89,8 +83,7 @@ def main(argv=None):
                     source = persistent(text, stages, grid, blocks)
                     kernel = harness.kernel_from_text(source + "\n\n\n" + helpers(compiled.source), name)
                 go = lambda *a, k=kernel, g=grid: k[(g,)](*a, **{launch.block_name: block}, num_warps=warps)  # noqa: E731
-                go(*args[0])
-                outs = [a.clone() for a, n in zip(args[0], call.buffers) if n in call.writes]
+                outs = harness.written(call, args[0], go)
                 reference = reference or outs
                 error = max(harness.relative_error(a, b) for a, b in zip(outs, reference))
                 row = dict(

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 from minicomp import config
-from minicomp.indexing import Dyn, Expr, FloorDiv, Mod, Var, size
+from minicomp.indexing import Expr, FloorDiv, Mod, Var, size
 
 
 @dataclass(frozen=True)
@@ -105,20 +105,14 @@ def _varies(at: set) -> set[int] | None:
 
 
 def _dims(expr: Expr) -> set[int] | None:
-    """The iteration dims `expr` varies along; None where unknown (a gathered index)."""
+    """The iteration dims `expr` varies along; None where unknown (a gathered index, `Dyn`; a
+    `Flat` run is only written when rendering)."""
     dims: set[int] = set()
     for atom, _ in expr.terms:
-        if isinstance(atom, Var):
-            dims.add(atom.dim)
-        elif isinstance(atom, FloorDiv | Mod):
-            inner = _dims(atom.expr)
-            if inner is None:
-                return None
-            dims |= inner
-        elif isinstance(atom, Dyn):
+        inner = {atom.dim} if isinstance(atom, Var) else _dims(atom.expr) if isinstance(atom, FloorDiv | Mod) else None
+        if inner is None:
             return None
-        else:  # a Flat run: written only when rendering
-            return None
+        dims |= inner
     return dims
 
 
