@@ -113,7 +113,7 @@ def main(argv=None):
                 go = lambda *a, k=kernel, g=grid: k[(g,)](*a, BLOCK_SIZE=block, num_warps=warps)  # noqa: E731
                 outs = harness.written(call, args[0], go)
                 reference = reference or outs
-                error = max(harness.relative_error(a, b) for a, b in zip(outs, reference))
+                error = harness.error_against(outs, reference)
                 row = dict(
                     workload=wname,
                     dtype=str(dtype)[6:],
@@ -128,25 +128,13 @@ def main(argv=None):
                     error=error,
                     floor_ms=floor_ms,
                 )
-                cases.append((row, go))
+                cases.append((row, go, args))
             # a copy of half the kernel's bytes (read + written: all of them) at the same size
             half = measure.tensor_bytes(args[0]) // 2 // 4
             copies = [(torch.empty(half, device=run.device), torch.empty(half, device=run.device)) for _ in args]
-            cases.append(
-                (
-                    dict(workload=wname, dtype=str(dtype)[6:], size=size, variant="copy", floor_ms=floor_ms),
-                    lambda d, s: d.copy_(s),
-                )
-            )
-            for _ in range(1 if run.tiny else ROUNDS):
-                for row, go in cases:
-                    row["ms"] = min(
-                        row.get("ms", float("inf")), run.bench(go, copies if row["variant"] == "copy" else args)
-                    )
-            for row, _ in cases:
-                row["x_floor"] = row["ms"] / row["floor_ms"]
-                rows.append(row)
-                print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+            copy_row = dict(workload=wname, dtype=str(dtype)[6:], size=size, variant="copy", floor_ms=floor_ms)
+            cases.append((copy_row, lambda d, s: d.copy_(s), copies))
+            rows += harness.time_in_turn(run, cases, ROUNDS)
     run.write(bandwidth_gbps=bandwidth / 1e9, rounds=ROUNDS, rows=rows)
 
 

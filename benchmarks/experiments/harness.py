@@ -166,6 +166,24 @@ def written(call, args, run) -> list[torch.Tensor]:
     return [buffer.clone() for buffer, name in zip(args, call.buffers) if name in call.writes]
 
 
+def error_against(outs: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    """A variant's largest relative error over its outputs against the reference's."""
+    return max(relative_error(a, b) for a, b in zip(outs, reference))
+
+
+def time_in_turn(run: Run, cases, rounds: int) -> list[dict]:
+    """`cases` of (row, go, sets) timed in turn (so clocks and neighbours treat them alike),
+    `rounds` rounds (one when tiny), the least kept as row["ms"] with row["x_floor"] over
+    row["floor_ms"]; each row printed. The rows, in order."""
+    for _ in range(1 if run.tiny else rounds):
+        for row, go, sets in cases:
+            row["ms"] = min(row.get("ms", float("inf")), run.bench(go, sets))
+    for row, _, _ in cases:
+        row["x_floor"] = row["ms"] / row["floor_ms"]
+        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    return [row for row, _, _ in cases]
+
+
 def rope_modules(inputs, max_parts: int | None = None):
     """(forward, backward) `Compiled` of RoPE on `inputs` (q, k requiring grad), as minicomp writes
     them with config max_parts (its default when None), in a fresh cache: nothing served from an

@@ -85,7 +85,7 @@ def main(argv=None):
                 go = lambda *a, k=kernel, g=grid: k[(g,)](*a, **{launch.block_name: block}, num_warps=warps)  # noqa: E731
                 outs = harness.written(call, args[0], go)
                 reference = reference or outs
-                error = max(harness.relative_error(a, b) for a, b in zip(outs, reference))
+                error = harness.error_against(outs, reference)
                 row = dict(
                     workload=wname,
                     dtype=str(dtype)[6:],
@@ -98,14 +98,8 @@ def main(argv=None):
                     error=error,
                     floor_ms=floor_ms,
                 )
-                cases.append((row, go))
-            for _ in range(1 if run.tiny else ROUNDS):
-                for row, go in cases:
-                    row["ms"] = min(row.get("ms", float("inf")), run.bench(go, args))
-            for row, _ in cases:
-                row["x_floor"] = row["ms"] / row["floor_ms"]
-                rows.append(row)
-                print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+                cases.append((row, go, args))
+            rows += harness.time_in_turn(run, cases, ROUNDS)
     run.write(bandwidth_gbps=bandwidth / 1e9, sms=sms, rounds=ROUNDS, rows=rows)
 
 
