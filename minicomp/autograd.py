@@ -85,6 +85,7 @@ class TrainingEntry:
         self.mutated: list[int] | None = None  # known after the first call
         self.simple: tuple[bool, ...] | None = None  # the first call's outputs' requires_grad, if simple
         self.lean: LeanCall | None = None  # once the backward is compiled (training_call.py)
+        self.watched: list[torch.Tensor] = []  # tensors it closes over, checked per call (guards.grad_watched)
         constants = list(leaves)
 
         def flat_fn(*tensors):
@@ -92,7 +93,13 @@ class TrainingEntry:
             for slot, t in zip(self.tensor_slots, tensors):
                 values[slot] = t
             args, kwargs = pytree.tree_unflatten(values, in_spec)
-            out_leaves, spec = capture.flatten_outputs(fn(*args, **kwargs))
+            seen = capture.ClosedOver()
+            with seen:
+                result = fn(*args, **kwargs)
+            closed_over = list(seen.tensors.values())
+            guards.refuse_grad_constants(closed_over, True)  # a training signature: grad mode is on
+            self.watched = guards.grad_watched(closed_over)
+            out_leaves, spec = capture.flatten_outputs(result)
             kinds, computed = [], []
             for out in out_leaves:  # AOTAutograd handles tensors (and their aliasing); the rest are constants
                 if isinstance(out, torch.Tensor):
@@ -135,13 +142,15 @@ class TrainingEntry:
 
     def __call__(self, fn, leaves, in_spec):
         tensors = [leaves[i] for i in self.tensor_slots]
+        if self.watched and guards.constants_need_grad(self.watched):
+            return capture.call_eagerly(fn, leaves, in_spec)  # a weight it closes over was unfrozen
         if self.lean is not None:
             outputs = self.lean(tensors)
         elif self.mutated is None:  # the first call compiles, on inputs that share no memory
             if _any_shared(tensors):
                 return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
-            with tangents_like_outputs():  # AOTAutograd traces on this first call
+            with tangents_like_outputs(), _constants_allowed():  # AOTAutograd traces on this first call
                 outputs = self.function(*tensors)
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
@@ -165,3 +174,24 @@ class TrainingEntry:
 def _any_shared(tensors) -> bool:
     storages = [t.untyped_storage().data_ptr() for t in tensors]
     return len(set(storages)) < len(storages)
+
+
+@contextlib.contextmanager
+def _constants_allowed():
+    """AOTAutograd traces on fake tensors and refuses a real one: a tensor the function closes
+    over (a RoPE table, a mask) stopped every such training signature. Allowed while it traces,
+    it becomes a constant of the graph, as in `capture.trace`; one that requires grad is refused
+    when the forward compiles (guards.refuse_grad_constants). The switch is fake tensors'
+    thread-local override, which the forward's and the backward's traces both read."""
+    from torch._subclasses import fake_tensor
+
+    tls = fake_tensor.fake_tensor_tls
+    if not hasattr(tls, "allow_non_fake_inputs_override"):  # another torch: real tensors stay refused
+        yield
+        return
+    before = tls.allow_non_fake_inputs_override
+    tls.allow_non_fake_inputs_override = True
+    try:
+        yield
+    finally:
+        tls.allow_non_fake_inputs_override = before

@@ -16,7 +16,10 @@ import functools
 import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
+
+from minicomp import guards
 
 # Ops that ATen's core set keeps whole but minicomp fuses from their parts (reductions and
 # pointwise ops): softmax and log_softmax (amax, exp, sum), layer_norm and group_norm (mean and
@@ -118,7 +121,11 @@ class Outputs:
                     return None
                 kind = ("const", encoded)
             kinds.append(list(kind))
-        return dict(spec=pytree.treespec_dumps(self.spec), kinds=kinds)
+        try:
+            spec = pytree.treespec_dumps(self.spec)
+        except NotImplementedError:  # a structure pytree cannot write: torch.return_types (`x.max(-1)`)
+            return None
+        return dict(spec=spec, kinds=kinds)
 
     @staticmethod
     def loads(record: dict) -> Outputs:
@@ -170,8 +177,36 @@ def _decode(encoded):
 
 
 def flatten_outputs(result) -> tuple[list, object]:
-    """Leaves and structure of a function's result; a torch.Size is one leaf (not a tuple of ints)."""
-    return pytree.tree_flatten(result, is_leaf=lambda v: isinstance(v, torch.Size))
+    """Leaves and structure of a traced function's result; a torch.Size is one leaf (not a tuple of
+    ints). A number read from tensor values (a symbol of the trace) is refused."""
+    leaves, spec = pytree.tree_flatten(result, is_leaf=lambda v: isinstance(v, torch.Size))
+    guards.refuse_numbers_from_values(leaves)
+    return leaves, spec
+
+
+class ClosedOver(TorchFunctionMode):
+    """While a function is traced, the real tensors it hands to torch: what it closes over (a
+    global weight, a module it names, a RoPE table), as opposed to the traced inputs (fake or
+    functional tensors) and what it computes from them. A graph holds them as constants, so
+    one that requires grad would lose its gradient (guards.refuse_grad_constants)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tensors: dict[int, torch.Tensor] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for value in pytree.tree_leaves((args, kwargs)):
+            if isinstance(value, torch.Tensor) and _is_real(value):
+                self.tensors.setdefault(id(value), value)
+        return func(*args, **kwargs)
+
+
+def _is_real(value: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return not isinstance(value, (FakeTensor, FunctionalTensor)) and not torch._is_functional_tensor(value)
 
 
 class Traced:
@@ -181,11 +216,19 @@ class Traced:
     else is a constant of the trace); `outputs` rebuilds the result.
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, input_names: list[str], tensor_slots: list[int], outputs: Outputs):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        input_names: list[str],
+        tensor_slots: list[int],
+        outputs: Outputs,
+        closed_over: list[torch.Tensor],
+    ):
         self.gm = gm
         self.input_names = input_names
         self.tensor_slots = tensor_slots
         self.outputs = outputs
+        self.closed_over = closed_over  # real tensors the function read (ClosedOver)
 
 
 def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
@@ -195,6 +238,7 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
     is besides (an argument, a view of one, a constant) is recorded in Outputs."""
     tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
     outputs = None
+    seen = ClosedOver()
 
     def flat_fn(*tensors):
         nonlocal outputs
@@ -202,7 +246,9 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
         for slot, t in zip(tensor_slots, tensors):
             values[slot] = t
         args, kwargs = pytree.tree_unflatten(values, in_spec)
-        out_leaves, spec = flatten_outputs(fn(*args, **kwargs))
+        with seen:
+            result = fn(*args, **kwargs)
+        out_leaves, spec = flatten_outputs(result)
         kinds, computed = [], []
         storages = [StorageWeakRef(t.untyped_storage()) for t in tensors]
         for i, out in enumerate(out_leaves):
@@ -221,7 +267,10 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
             tracing_mode="fake",
             _allow_non_fake_inputs=True,
         )(*[t.detach() for t in tensors])
-    return Traced(_functional_temporaries(gm), [leaf_names[i] for i in tensor_slots], tensor_slots, outputs)
+    closed_over = list(seen.tensors.values())
+    return Traced(
+        _functional_temporaries(gm), [leaf_names[i] for i in tensor_slots], tensor_slots, outputs, closed_over
+    )
 
 
 def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

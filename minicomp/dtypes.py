@@ -51,6 +51,8 @@ def literal(value, dtype: torch.dtype | None = None) -> str:
     if isinstance(value, bool) or dtype is torch.bool:
         return "1" if value else "0"
     if dtype is not None and not dtype.is_floating_point:
+        if not dtype.is_signed:  # a bare literal is int32, which Triton's /, // and % refuse to meet unsigned
+            return f"tl.full([], {wrap(int(value), dtype)}, {triton_dtype(dtype)})"
         return str(wrap(int(value), dtype))
     if isinstance(value, int) and dtype is None:
         return str(value)

@@ -8,8 +8,10 @@ registers this function under the `torch_dynamo_backends` entry point
 (pyproject.toml), so the name "minicomp" works once the package is installed;
 without installing, pass the function: `torch.compile(model, backend=minicomp.dynamo.backend)`.
 
-A graph minicomp cannot compile (a dynamic shape, an op it cannot trace) runs as
-Dynamo captured it, under the fallback policy (fallback.py: a warning by default,
+A graph with dynamic sizes (Dynamo's automatic dynamic shapes, from a function's
+second size on) is compiled once per concrete size (specialize.py). A graph
+minicomp cannot compile (an op it cannot trace) runs as Dynamo captured it,
+under the fallback policy (fallback.py: a warning by default,
 MINICOMP_FALLBACK=raise makes it an error). The forward and backward of one
 Dynamo graph share kernel families (codegen/families.py), and are compiled together
 (`_backward_with_forward`), so that the Triton compiles of both run side by side.
@@ -23,7 +25,7 @@ import itertools
 import torch
 from functorch.compile import make_boxed_func
 
-from minicomp import capture, compile_pool, config, fallback
+from minicomp import capture, compile_pool, config, fallback, specialize
 from minicomp.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
 from minicomp.codegen.families import Families
 from minicomp.compiler import compile_graph
@@ -40,12 +42,23 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict):
             forward["gm"] = gm
         backward = role == "backward" and "gm" in forward
         saved = saved_activations(forward["gm"], gm) if backward else frozenset()
+
+        def fail(err: Exception) -> None:
+            fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
+
+        if specialize.is_dynamic(gm):  # Dynamo made a size dynamic: one static graph per size
+
+            def compile_static(static: torch.fx.GraphModule, input_names: list[str]):
+                with config.override(**settings):
+                    return compile_graph(static, name, input_names, families=families, freed_inputs=saved).boxed
+
+            return specialize.Specializing(gm, compile_static, fail)
         layouts = input_layouts(forward["gm"]) if backward else None
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
                 return compile_graph(gm, name, families=families, freed_inputs=saved, output_layouts=layouts).boxed
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
-            fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
+            fail(err)
             return make_boxed_func(gm.forward)
 
     return compile_fn

@@ -49,6 +49,7 @@ class Entry:
         outputs: capture.Outputs,
         mutated: list[int],
         compiled: Compiled | None = None,
+        watched: list[torch.Tensor] | None = None,
     ):
         self.call = call
         self.tensor_slots = list(tensor_slots)
@@ -57,12 +58,16 @@ class Entry:
         self.unflatten = _unflattener(outputs.spec) if outputs.simple else None
         self.mutated = list(mutated)  # argument slots the module writes into
         self.compiled = compiled
+        self.watched = watched or []  # tensor constants whose requires_grad each call checks (guards.grad_watched)
 
     def __call__(self, fn, leaves, in_spec):
         if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
             logs.recompiles.info(
                 "an input the compiled code writes into shares memory with another argument: this call runs eagerly"
             )
+            return EagerEntry()(fn, leaves, in_spec)
+        if self.watched and guards.constants_need_grad(self.watched):
+            logs.recompiles.info("a tensor the function closes over now requires grad: this call runs eagerly")
             return EagerEntry()(fn, leaves, in_spec)
         outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
         if self.unflatten is not None:
@@ -255,6 +260,7 @@ class JitFunction:
                 return Entry(module.call, slots, len(leaves), outputs, mutated)
         compile_pool.start_triton(leaves)  # a miss: Triton's one-time costs run while it traces
         traced, compiled = _trace_and_compile(fn, leaves, in_spec, names, self.__name__, self.families)
+        guards.refuse_grad_constants(traced.closed_over, torch.is_grad_enabled())
         mutated = _mutated_slots(traced, compiled)
         if stored_key is not None and not compiled.graph.constants:
             persist.store(
@@ -266,7 +272,8 @@ class JitFunction:
                 mutated,
                 traced.outputs,
             )
-        return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled)
+        watched = guards.grad_watched(traced.closed_over)
+        return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled, watched)
 
     def _persistent_key(self, key) -> str | None:
         if guards.contains(key, guards.ByIdentity):

@@ -302,7 +302,9 @@ def _sink(graph: Graph, stage, space) -> None:
             continue
         target = later[0]
         users = {u for m in members for u in graph.users(m)} - set(members)
-        if all(stage[u] >= target for u in users):
+        # a user at the target stage must be in that kernel: an extern of the stage runs before
+        # its kernels, and another kernel of the stage cannot read what this one writes
+        if all(stage[u] > target or (stage[u] == target and space.get(u) == sp) for u in users):
             for m in members:
                 stage[m] = target
             groups.setdefault((target, sp), []).extend(members)

@@ -199,6 +199,51 @@ def versions(leaves, tensor_slots) -> list[int]:
     return [leaves[i]._version for i in tensor_slots]
 
 
+class ConstantNeedsGrad(RuntimeError):
+    """The trace holds a tensor the function closes over (a global weight, a module it names)
+    that requires grad: a compiled graph treats it as a constant, so its gradient would be lost."""
+
+
+def refuse_grad_constants(constants: list[torch.Tensor], grad_enabled: bool) -> None:
+    """Raise ConstantNeedsGrad when grad mode is (was, at the call) on and a tensor the function
+    closes over requires grad: eager would record its ops for autograd, and `backward()` fill
+    its `.grad`."""
+    if not grad_enabled:
+        return
+    for value in constants:
+        if value.requires_grad:
+            raise ConstantNeedsGrad(
+                f"it closes over a tensor that requires grad (shape {list(value.shape)}), whose gradient a "
+                "compiled graph cannot reach: pass it as an argument, or compile the module that owns it "
+                "(minicomp.jit(module) or torch.compile(module, backend='minicomp'))"
+            )
+
+
+def grad_watched(constants: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The constants whose `requires_grad` a compiled entry checks on each call (the float ones:
+    only they can require grad). A weight unfrozen after compiling (`p.requires_grad_()`) makes
+    the entry run eagerly, where its gradient is recorded."""
+    return [c for c in constants if c.is_floating_point() or c.is_complex()]
+
+
+def constants_need_grad(watched: list[torch.Tensor]) -> bool:
+    return torch.is_grad_enabled() and any(c.requires_grad for c in watched)
+
+
+class NumberFromValues(RuntimeError):
+    """The function returns a Python number read from tensor values (`x.sum().item()`): a trace
+    holds it as a symbol, which a compiled entry would hand back in place of the number."""
+
+
+def refuse_numbers_from_values(leaves: list) -> None:
+    for value in leaves:
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise NumberFromValues(
+                "it returns a Python number read from tensor values (`.item()`, `.tolist()`), which "
+                "compiled code cannot return: return the tensor and read the number outside the jitted function"
+            )
+
+
 # -- Python side effects of a trace ------------------------------------------------
 
 

@@ -43,6 +43,7 @@ def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
     touched = [uses(plan, step) for step in plan.steps]
     model = _Model(plan, storages, freed_inputs, touched)
     steps = list(range(len(plan.steps)))
+    _check_dependencies(plan, model)
     greedy = model.greedy()
     if model.peak(greedy) < model.peak(steps):
         steps = greedy
@@ -80,6 +81,22 @@ def _views_late(plan: Plan, storages: Storages, steps: list[int], touched: list[
         if i not in view:
             emit(i)
     return out + [i for i in steps if i not in done]  # views nothing reads (returned ones)
+
+
+def _check_dependencies(plan: Plan, model: _Model) -> None:
+    """Raise when a step reads a value that only a later step of the plan makes: a fusion bug
+    (a kernel and an extern reading each other's values) that no order can run. Checked here,
+    because the greedy order would otherwise leave such steps out and the module miss values."""
+    for i, before in enumerate(model.after):
+        late = sorted(j for j in before if j > i)
+        if late:
+            raise RuntimeError(
+                f"the plan's step {_label(plan.steps[i])} reads what a later step ({_label(plan.steps[late[0]])}) makes"
+            )
+
+
+def _label(step: Step) -> str:
+    return step.name if isinstance(step, Kernel) else f"extern {step.node}"
 
 
 class _Model:

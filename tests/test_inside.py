@@ -137,6 +137,34 @@ def test_dynamo_backend_runs_a_module_with_a_graph_break(device, capsys):
     torch.testing.assert_close(x.grad, expected)
 
 
+def test_dynamo_dynamic_sizes_compile_once_per_size(device, monkeypatch):
+    """From a function's second size on, Dynamo hands the backend graphs with symbolic sizes.
+    They ran uncompiled (a warning named the cause as a data-dependent shape); now each size
+    compiles its own static graph (specialize.py), forward and backward, and a size seen before
+    compiles nothing. MINICOMP_FALLBACK=raise (conftest): a fallback would fail the test."""
+    from minicomp import dynamo
+
+    compiles = []
+    real = dynamo.compile_graph
+    monkeypatch.setattr(
+        dynamo, "compile_graph", lambda gm, name, *a, **k: compiles.append(name) or real(gm, name, *a, **k)
+    )
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16)).to(device)
+    fn = torch.compile(model, backend=minicomp.dynamo.backend)
+    for rows in (3, 5, 7, 5):
+        before = len(compiles)
+        x = torch.randn(rows, 8, device=device, requires_grad=True)
+        out = fn(x)
+        torch.testing.assert_close(out, model(x))
+        out.square().sum().backward()
+        torch.testing.assert_close(x.grad, torch.autograd.grad(model(x).square().sum(), x)[0])
+        if rows == 7:
+            assert len(compiles) - before == 2  # the forward and the backward of this size
+    assert len(compiles) == before  # 5 again: nothing compiled
+
+
 def test_dynamo_backend_is_registered_by_name():
     try:
         points = importlib.metadata.entry_points(group="torch_dynamo_backends")

@@ -35,7 +35,15 @@ LAYERS = [
         "reduction_space",
         "training_call",
     ],  # lowering, loading, launching
-    ["fusion", "split_reductions", "fingerprint", "capture", "storages", "schedule"],  # the plan, its order; tracing
+    [
+        "fusion",
+        "split_reductions",
+        "fingerprint",
+        "capture",
+        "specialize",
+        "storages",
+        "schedule",
+    ],  # the plan, its order; tracing
     ["codegen"],  # plan -> source
     ["compiler", "persist"],  # the pipeline; entries on disk
     ["autograd", "dynamo", "function"],  # what a call compiles to

@@ -30,6 +30,13 @@ def test_remainder_and_fmod_follow_the_sign_rules(device, dtype):
     check(lambda a, b: (a % b, torch.fmod(a, b), a // b), a, b, kernels=1)
 
 
+def test_unsigned_integers_divide_by_python_ints(device):
+    """Regression: `u8 // 3` and `u8 % 3` wrote the 3 as an int32 literal, which Triton refuses to
+    divide an unsigned value by: the function ran eagerly. The literal now has the tensor's dtype."""
+    a = torch.tensor([0, 3, 250, 7, 255], dtype=torch.uint8, device=device)
+    check(lambda a: (a // 3, a % 3, torch.div(a, 4, rounding_mode="trunc"), a + 10, a * 2), a, kernels=1)
+
+
 def test_alpha_scalars_and_int_to_float_promotion(device):
     i = rand(5, 6, dtype=torch.int32, device=device)
     x = rand(5, 6, device=device)
@@ -69,6 +76,30 @@ def test_clamp_family_propagates_nan(device):
         x,
         lo,
         hi,
+        kernels=1,
+    )
+
+
+def test_clamp_min_and_max_with_tensor_bounds(device):
+    """clamp_min / clamp_max with tensor bounds (cosine_similarity's eps) fuse, with NaN in the
+    operand or in a bound giving NaN and an integer tensor promoted by a float bound, as eager."""
+    x = rand(6, 7, device=device)
+    x[0, 0] = float("nan")
+    lo, hi = rand(6, 1, device=device), rand(7, device=device) + 1
+    lo[2, 0] = float("nan")
+    n = torch.randint(-5, 5, (6, 7), device=device)
+    check(
+        lambda x, lo, hi, n: (
+            torch.clamp_min(x, lo),
+            torch.clamp_max(x, hi),
+            torch.clamp_min(n, lo),
+            torch.clamp_max(n, torch.tensor(2, device=device)),
+            torch.clamp_min(x, 0.25),
+        ),
+        x,
+        lo,
+        hi,
+        n,
         kernels=1,
     )
 
@@ -237,14 +268,20 @@ def test_unsupported_ops_run_in_aten_and_never_crash(device):
 
 def test_every_lowering_rule_is_reachable():
     """A rule whose ATen op the capture's decompositions always rewrite (silu, rsub, transpose,
-    the *_backward ops) can never run: such rules are dead code, and this lists them."""
+    the *_backward ops) can never run: such rules are dead code, and this lists them. An op is
+    also reached through its in-place form, which a decomposition may leave (cosine_similarity's
+    `clamp_min_` on a temporary): capture turns it into the functional op after tracing."""
     from minicomp import capture, ops
 
     decompositions = capture.decompositions()
+
+    def rewritten(packet) -> bool:
+        return packet is None or all(getattr(packet, o) in decompositions for o in packet.overloads())
+
     unreachable = []
     for table in (ops.POINTWISE, ops.VIEWS, ops.INDEXED):
         for name in table:
             packet = getattr(torch.ops.aten, name, None) or getattr(torch.ops.prims, name)
-            if all(getattr(packet, o) in decompositions for o in packet.overloads()):
+            if rewritten(packet) and rewritten(getattr(torch.ops.aten, f"{name}_", None)):
                 unreachable.append(name)
     assert unreachable == []

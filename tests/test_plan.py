@@ -5,8 +5,10 @@ knowing the generated module's argument order."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
+import pytest
 import torch
 from torch.utils import _pytree as pytree
 
@@ -68,3 +70,36 @@ def test_a_compiled_kernel_runs_bare_through_the_public_accessors():
     launch.kernel[(1,)](*args, BLOCK_SIZE=32)
     out = args[kernel.buffers.index(kernel.writes[0])]
     torch.testing.assert_close(out, torch.relu(x + b))
+
+
+def test_a_reduction_read_by_an_extern_stays_before_it():
+    """Regression: a row sum read by an ATen call (cosine_similarity's norms by clamp_min, here a
+    cumsum) was moved into the kernel of a later reduction over the same rows that reads the
+    call's result: kernel and call each waited for the other, the schedule dropped both, and the
+    module returned a name it never made (NameError). The sum stays in its own, earlier kernel,
+    and a plan whose steps read each other's values is refused before code is written."""
+    x = torch.randn(4, 8)
+
+    def fn(x):
+        norms = x.abs().sum(-1, keepdim=True)
+        return (x / torch.cumsum(norms, 0)).sum(-1)
+
+    traced = capture.trace(fn, [x], pytree.tree_flatten(((x,), {}))[1], ["x"])
+    plan = fusion.plan(ir.from_fx(traced.gm, traced.input_names))
+    made = set(plan.graph.inputs)
+    for step in plan.steps:
+        reads = step.loads if isinstance(step, fusion.Kernel) else plan.graph[step.node].inputs()
+        assert set(reads) <= made, step
+        made |= set(step.stores) if isinstance(step, fusion.Kernel) else {step.node}
+    assert torch.allclose(minicomp.jit(fn)(x), fn(x))
+
+
+def test_a_plan_with_a_cycle_is_refused():
+    from minicomp import schedule
+
+    x = torch.randn(4, 8)
+    traced = capture.trace(lambda x: torch.cumsum(x * 2, 0) + 1, [x], pytree.tree_flatten(((x,), {}))[1], ["x"])
+    plan = fusion.plan(ir.from_fx(traced.gm, traced.input_names))
+    backwards = dataclasses.replace(plan, steps=list(reversed(plan.steps)))
+    with pytest.raises(RuntimeError, match="reads what a later step"):
+        schedule.order(backwards)

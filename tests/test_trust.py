@@ -397,6 +397,68 @@ def test_output_structure_survives_the_persistent_cache():
     assert Outputs(spec, [("const", object())]).dumps() is None  # such an entry is not stored
 
 
+def test_named_tuple_results_compile_and_keep_their_type(device):
+    """Regression: `x.max(-1)`, `topk`, `sort` return torch.return_types, which pytree cannot
+    write to the persistent index: every such function ran eagerly. It compiles (not stored
+    across processes) and returns the same named tuple as eager."""
+    x = torch.randn(4, 8, device=device)
+    for fn in (lambda t: (t * 2).max(-1), lambda t: torch.topk(t + 1, 3), lambda t: torch.sort(t - 1, dim=0)):
+        expected, actual = fn(x), minicomp.jit(fn)(x)
+        assert type(actual) is type(expected)
+        torch.testing.assert_close(tuple(actual), tuple(expected))
+        assert actual.indices.dtype == torch.int64
+
+
+def test_a_closed_over_tensor_that_requires_grad_gets_its_gradient(device):
+    """Regression: a function that closes over a weight that requires grad (a global parameter,
+    a module it calls) compiled it as a constant: the output did not require grad and `.grad`
+    stayed None. Such a call runs eagerly (with a warning), inference and training alike."""
+    w = torch.randn(7, 24, device=device, requires_grad=True)
+    lin = nn.Linear(24, 3).to(device)
+    for x in (torch.randn(7, 24, device=device), torch.randn(7, 24, device=device, requires_grad=True)):
+        for fn, params in ((lambda a: (a * w).sum(), [w]), (lambda a: lin(a).sum(), list(lin.parameters()))):
+            for p in params:
+                p.grad = None
+            out = minicomp.jit(fn, fallback="silent")(x)
+            assert out.requires_grad
+            out.backward()
+            assert all(p.grad is not None for p in params)
+            assert torch.allclose(params[0].grad.sum(), torch.autograd.grad(fn(x), params[0])[0].sum())
+            with torch.no_grad():  # no gradient wanted: it compiles
+                jitted = minicomp.jit(fn)
+                torch.testing.assert_close(jitted(x), fn(x))
+                assert jitted.compiled(x) is not None
+
+
+def test_a_closed_over_tensor_unfrozen_after_compiling_gets_its_gradient(device):
+    """A weight frozen when the function compiled (`requires_grad=False`, a constant of the
+    graph) and unfrozen later: the entry checks it on each call and runs eagerly from then on."""
+    w = torch.randn(5, 6, device=device)
+    table = torch.randn(5, 6, device=device)  # never requires grad: compiled, in training too
+    for x in (torch.randn(5, 6, device=device), torch.randn(5, 6, device=device, requires_grad=True)):
+        w.requires_grad_(False)
+        fn = minicomp.jit(lambda a: (a * w + table).sum())
+        assert not fn(x).requires_grad or x.requires_grad
+        assert fn.compiles == 1 and fn.compiled(x) is not None
+        w.requires_grad_(True)
+        out = fn(x)
+        out.backward()
+        torch.testing.assert_close(w.grad, x.detach())
+        w.grad = None
+
+
+def test_a_number_read_from_tensor_values_is_not_returned_as_a_symbol():
+    """Regression: `return x.sum().item()` returned the trace's symbol (a SymFloat) as a constant
+    of the entry, on every call, in place of the number. Such a function runs eagerly."""
+    x = torch.randn(4, 6)
+    for fn in (lambda a: a.sum().item(), lambda a: (a * 2, a[0].tolist()), lambda a: {"n": int(a.argmax())}):
+        jitted = minicomp.jit(fn, fallback="silent")
+        assert jitted(x) == fn(x) if not isinstance(fn(x), tuple) else jitted(x)[1] == fn(x)[1]
+        assert isinstance(jitted.cache[next(iter(jitted.cache))], minicomp.function.EagerEntry)
+    with pytest.raises(minicomp.CompileError, match="returns a Python number read from tensor values"):
+        minicomp.jit(lambda a: a.max().item(), fallback="raise")(x)
+
+
 # -- 16. partial rotary gradients ---------------------------------------------------
 
 

@@ -256,8 +256,9 @@ def maximum(op: Op) -> str:
     return f"{fn}({op.operand('self')}, {op.operand('other')}{nan})"
 
 
-@pointwise("clamp")
+@pointwise("clamp", "clamp_min", "clamp_max")
 def clamp(op: Op) -> str:
+    """clamp(x, min, max), clamp_min(x, min), clamp_max(x, max): NaN in any operand gives NaN, as eager."""
     x = op.operand("self")
     nan = f", {NAN_ALL}" if op.compute.is_floating_point else ""
     if op.args.get("min") is not None:
