@@ -172,10 +172,15 @@ def is_computed(kind: str) -> bool:
 def _classify(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
     """(kind of each node, why each extern is one)."""
     kinds, reasons = {}, {}
+    metas = [graph[n].meta for n in graph.order if isinstance(graph[n].meta, TensorMeta)]
+    accelerated = any(m.device.type != "cpu" for m in metas)
     for name in graph.order:
         node = graph[name]
         if node.is_input:
             kinds[name] = "input"
+        elif accelerated and isinstance(node.meta, TensorMeta) and node.meta.device.type == "cpu":
+            # `x[:, 2] = 0.0` on a GPU tensor makes a CPU scalar: the kernels run on the GPU
+            kinds[name], reasons[name] = "extern", "a CPU value in a function whose kernels run on the GPU"
         else:
             kinds[name], reasons[name] = ops.classify(node, graph)
     _views_between_externs(graph, kinds, reasons)

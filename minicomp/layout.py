@@ -14,10 +14,13 @@ def output_strides(meta: TensorMeta) -> tuple[int, ...]:
     backward graph indexes it with them: its buffer spans the view's whole
     extent, and the kernel writes only the view's elements. A broadcast result
     (stride 0) is written densely instead: every element it repeats holds the
-    same value, so a reader using stride 0 reads the right one either way."""
+    same value, so a reader using stride 0 reads the right one either way. The repeated dims go
+    outermost and the others keep eager's order, so the last dim stays contiguous where eager's
+    is (an ATen reader may need it: SDPA's mask, expanded over batch and heads)."""
     if all(st != 0 or size <= 1 for size, st in zip(meta.shape, meta.stride)):
         return tuple(meta.stride)
-    order = sorted(range(meta.ndim), key=lambda d: (-meta.stride[d], d))
+    repeated = [st == 0 and size > 1 for size, st in zip(meta.shape, meta.stride)]
+    order = sorted(range(meta.ndim), key=lambda d: (not repeated[d], -meta.stride[d], d))
     dense, step = [0] * meta.ndim, 1
     for d in reversed(order):
         dense[d] = step

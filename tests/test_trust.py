@@ -459,6 +459,40 @@ def test_a_number_read_from_tensor_values_is_not_returned_as_a_symbol():
         minicomp.jit(lambda a: a.max().item(), fallback="raise")(x)
 
 
+def test_a_repeated_value_read_by_aten_keeps_its_last_dim_contiguous(device):
+    """Regression (H200): SDPA's mask [S, S], padded, sliced and expanded over batch and heads by
+    the decomposition, was written with strides (2, 1, 8, 2), the repeated dims innermost; the
+    CUDA attention kernel refused a mask whose last dim is not contiguous, and the call ran
+    eagerly. The repeated dims now go outermost."""
+    from minicomp.ir import TensorMeta
+    from minicomp.layout import output_strides
+
+    meta = TensorMeta((1, 2, 4, 4), (0, 0, 8, 1), torch.float32, torch.device(device))
+    assert output_strides(meta)[1:] == (16, 4, 1)  # (dim 0 has one element: its stride is moot)
+    q, mask = torch.randn(1, 2, 4, 8, device=device), torch.randn(4, 4, device=device)
+    fn = lambda q, m: torch.nn.functional.scaled_dot_product_attention(q, q * 0.5, q, attn_mask=m)  # noqa: E731
+    torch.testing.assert_close(minicomp.jit(fn)(q, mask), fn(q, mask))
+
+
+def test_a_cpu_scalar_in_a_gpu_function(device):
+    """Regression (H200): `b[:, 2] = 0.0` on a GPU tensor captures a 0-d CPU tensor and copies it
+    (`lift_fresh_copy`); a kernel computed that copy on the GPU into CPU memory, Triton refused
+    the pointer and the call ran eagerly. A CPU value of a GPU function is an ATen call. Floats
+    converted to uint8 wrap through int64, as eager's cast does (-1.5 -> 255; Triton saturates)."""
+
+    def zero_column(a):
+        b = a.clone()
+        b[:, 2] = 0.0
+        return b
+
+    x = torch.randn(4, 6, device=device)
+    torch.testing.assert_close(minicomp.jit(zero_column)(x), zero_column(x))
+    scale = torch.tensor(2.5)
+    torch.testing.assert_close(minicomp.jit(lambda a, s: a * s + 1)(x, scale), x * scale + 1)
+    t = torch.tensor([-1.5, 300.0, 255.9, -0.5, -200.0], device=device)
+    assert torch.equal(minicomp.jit(lambda a: (a * 1).to(torch.uint8))(t), t.to(torch.uint8))
+
+
 # -- 16. partial rotary gradients ---------------------------------------------------
 
 

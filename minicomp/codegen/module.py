@@ -270,11 +270,9 @@ def _doc(line: str) -> str:
 
 
 def _device(plan: Plan) -> torch.device:
-    for name in plan.graph.order:
-        meta = plan.graph[name].meta
-        if isinstance(meta, TensorMeta):
-            return meta.device
-    return torch.device("cpu")
+    """The device the kernels run on: the graph's accelerator, if any (a CPU scalar may come first)."""
+    devices = [plan.graph[n].meta.device for n in plan.graph.order if isinstance(plan.graph[n].meta, TensorMeta)]
+    return next((d for d in devices if d.type != "cpu"), torch.device("cpu"))
 
 
 # view ops called as the tensor's method, the same ATen op without the OpOverload's Python

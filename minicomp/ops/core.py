@@ -65,6 +65,9 @@ def cast(v: Value, dtype: torch.dtype) -> str:
     if dtype in dtypes.LOW_PRECISION and not v.dtype.is_floating_point:
         # through float32, as eager converts (and Triton's interpreter turns int64 -> bfloat16 into 0)
         return f"{v.code}.to(tl.float32).to({dtypes.triton_dtype(dtype)})"
+    if dtype == torch.uint8 and v.dtype.is_floating_point:
+        # through int64, as eager converts (c10's cast to uint8): -1.5 -> 255, where Triton saturates to 0
+        return f"{v.code}.to(tl.int64).to(tl.uint8)"
     return f"{v.code}.to({dtypes.triton_dtype(dtype)})"
 
 
