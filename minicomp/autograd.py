@@ -181,8 +181,8 @@ def _constants_allowed():
     """AOTAutograd traces on fake tensors and refuses a real one: a tensor the function closes
     over (a RoPE table, a mask) stopped every such training signature. Allowed while it traces,
     it becomes a constant of the graph, as in `capture.trace`; one that requires grad is refused
-    when the forward compiles (guards.refuse_grad_constants). The switch is fake tensors'
-    thread-local override, which the forward's and the backward's traces both read."""
+    as the function is traced (`flat_fn`: guards.refuse_grad_constants). The switch is fake
+    tensors' thread-local override, which the forward's and the backward's traces both read."""
     from torch._subclasses import fake_tensor
 
     tls = fake_tensor.fake_tensor_tls

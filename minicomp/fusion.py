@@ -179,8 +179,7 @@ def _classify(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
         if node.is_input:
             kinds[name] = "input"
         elif accelerated and isinstance(node.meta, TensorMeta) and node.meta.device.type == "cpu":
-            # `x[:, 2] = 0.0` on a GPU tensor makes a CPU scalar: the kernels run on the GPU
-            kinds[name], reasons[name] = "extern", "a CPU value in a function whose kernels run on the GPU"
+            kinds[name], reasons[name] = "extern", "a CPU value (`x[:, 2] = 0.0` makes one) in a GPU function"
         else:
             kinds[name], reasons[name] = ops.classify(node, graph)
     _views_between_externs(graph, kinds, reasons)
