@@ -75,6 +75,11 @@ class Launch:
         self.groups = groups  # a grouped reduction kernel's programs: each takes its rows XBLOCK at a time
         self.planes, self.group = planes, group  # planes walked `group` side by side (codegen/plane_order.py)
         self.block_name = "XBLOCK" if row else "BLOCK_SIZE"
+        # A reduction kernel computes a value in one pass and again in the next (softmax: x * c for
+        # the row's max, then x * c - max inside exp). Contracted into an FMA the second pass skips
+        # the product's rounding, so x * c - max(x * c) is the rounding error, not 0 (about 1e23 when
+        # the products are ~1e30: exp overflowed, NaN where eager gives 1). Every op rounds, as in eager.
+        self.options = {"enable_fp_fusion": False} if row else {}
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.config: tuple[int, int] | None = None
         self._fast = None  # the bound launcher, once the kernel is compiled
@@ -113,14 +118,18 @@ class Launch:
         if self.device.type == "cpu":  # the interpreter: nothing to keep (and no need to scale by parts)
             block, warps = self.heuristic()
             with _INTERPRETER_LOCK:
-                self.kernel[(self.grid(block),)](*args, **{self.block_name: block}, num_warps=warps)
+                self.kernel[(self.grid(block),)](*args, **self._settings(block, warps))
             return None
         return self._first_call(args)
 
     def _jit_launch(self, args):
         """Through Triton's JIT: it specializes on the arguments and caches the binaries."""
         block, warps = self.config
-        return self.kernel[(self.grid(block),)](*args, **{self.block_name: block}, num_warps=warps)
+        return self.kernel[(self.grid(block),)](*args, **self._settings(block, warps))
+
+    def _settings(self, block: int, warps: int) -> dict:
+        """The keyword arguments of a launch (and of a compile) at (block, warps)."""
+        return {self.block_name: block, "num_warps": warps, **self.options}
 
     def _first_call(self, args):
         with self._lock, torch.cuda.device(self.device):
@@ -285,7 +294,7 @@ class Launch:
         block's first training step, 69 candidates; this takes a few milliseconds each."""
         block, warps = config
         grid = (self.grid(block),)
-        run = lambda: self.kernel[grid](*args, **{self.block_name: block}, num_warps=warps)  # noqa: E731
+        run = lambda: self.kernel[grid](*args, **self._settings(block, warps))  # noqa: E731
         run()  # compiled ahead (`prepare`), else compiles here, outside the timed runs
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(TIMED_RUNS)
@@ -300,13 +309,14 @@ class Launch:
 
     def _key(self, *parts, skeleton: bool = False) -> str:
         """A hash of this kernel's text (without its name when `skeleton`), the GPU, Triton's
-        version and `parts`: names files on disk."""
+        version, its compile options and `parts`: names files on disk."""
         import triton
 
         source = self._text()
         source = re.sub(rf"\b{re.escape(self.name)}\b", "KERNEL", source) if skeleton else source
         text = "\n".join(
-            [source, torch.cuda.get_device_name(self.device), triton.__version__] + [repr(p) for p in parts]
+            [source, torch.cuda.get_device_name(self.device), triton.__version__, repr(sorted(self.options.items()))]
+            + [repr(p) for p in parts]
         )
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -355,8 +365,7 @@ class Launch:
                 path = self._record_path(config, kinds)
                 compiled, through_jit = self._restore(path, self._ahead_aligned), False
                 if compiled is None:
-                    block, warps = config
-                    compiled = self.kernel.warmup(*signature, grid=(1,), **{self.block_name: block}, num_warps=warps)
+                    compiled = self.kernel.warmup(*signature, grid=(1,), **self._settings(*config))
                     compiled._init_handles()  # its launcher built and the binary loaded, here too
                     through_jit = True
                     self._remember(compiled, path, self._ahead_aligned)

@@ -80,6 +80,25 @@ def test_a_small_kernel_compiles_its_heuristic_config_in_a_pool_thread(gpu_less)
     assert la._ahead_aligned == {0}  # the tensor argument, assumed 16-byte aligned
 
 
+def test_reduction_kernels_compile_without_fp_contraction(gpu_less):
+    """A reduction kernel recomputes values its reduction read (softmax: x * c for the max, then
+    x * c - max): contracted into an FMA the two differ by the product's rounding, which exp turned
+    into NaN on the H200 for products near 1e30. Its compiles and launches ask Triton not to
+    contract; a pointwise kernel computes each value once and keeps Triton's default."""
+    reduction, pointwise = StandInKernel(), StandInKernel()
+    launches = [
+        launch.Launch(reduction, numel=64, device="cuda:0", row=128, extent=100),
+        launch.Launch(pointwise, numel=4096, device="cuda:0"),
+    ]
+    for la in launches:
+        la.prepare([torch.float32, la.numel])
+        finished(la)
+    [(*_, blocks, _, _)] = reduction.warmups
+    assert blocks == {"XBLOCK": blocks["XBLOCK"], "enable_fp_fusion": False}
+    [(*_, blocks, _, _)] = pointwise.warmups
+    assert list(blocks) == ["BLOCK_SIZE"]
+
+
 def test_a_tuned_kernel_compiles_every_candidate_side_by_side(gpu_less):
     candidates = ((512, 4), (1024, 8))
     kernel = StandInKernel(rendezvous=len(candidates))  # serial tasks would never meet: the barrier times out
