@@ -188,18 +188,32 @@ class ClosedOver(TorchFunctionMode):
     """While a function is traced, the real tensors it hands to torch: what it closes over (a
     global weight, a module it names, a RoPE table), as opposed to the traced inputs (fake or
     functional tensors) and what it computes from them. A graph holds them as constants, so
-    one that requires grad would lose its gradient (guards.refuse_grad_constants)."""
+    one that requires grad would lose its gradient (guards.refuse_grad_constants). A call that
+    hooks into autograd (`retain_grad`, `register_hook`) is refused while tracing: a graph keeps
+    the values, not the hooks."""
 
     def __init__(self):
         super().__init__()
         self.tensors: dict[int, torch.Tensor] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _GRAD_HOOKS:
+            raise guards.GradHook(
+                f"it calls Tensor.{func.__name__}, which a compiled graph cannot keep: the hook (or the "
+                "retained .grad) would never see the compiled backward"
+            )
         kwargs = kwargs or {}
         for value in pytree.tree_leaves((args, kwargs)):
             if isinstance(value, torch.Tensor) and _is_real(value):
                 self.tensors.setdefault(id(value), value)
         return func(*args, **kwargs)
+
+
+_GRAD_HOOKS = (
+    torch.Tensor.retain_grad,
+    torch.Tensor.register_hook,
+    torch.Tensor.register_post_accumulate_grad_hook,
+)
 
 
 def _is_real(value: torch.Tensor) -> bool:

@@ -34,7 +34,9 @@ def describe(name: str, err: Exception) -> str:
             "an op's output shape depends on tensor values (nonzero, unique, masked indexing), "
             "which minicomp compiles only for static shapes. Keep that op outside the jitted function"
         )
-    elif isinstance(err, (guards.Unguarded, guards.SideEffect, guards.ConstantNeedsGrad, guards.NumberFromValues)):
+    elif isinstance(
+        err, (guards.Unguarded, guards.SideEffect, guards.ConstantNeedsGrad, guards.NumberFromValues, guards.GradHook)
+    ):
         why = text
     else:
         why = f"{type(err).__name__}: {first}"

@@ -31,7 +31,8 @@ import types
 
 import torch
 
-LIBRARIES = ("torch", "triton", "numpy", "math", "operator", "functools", "builtins", "minicomp", "einops")
+from minicomp import reads
+
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
 
 
@@ -86,7 +87,7 @@ def _function(fn, parts: list[str], seen: set[int]) -> None:
             parts.append("<empty cell>")
             continue
         _value(contents, parts, seen)
-    names = _global_names(code)
+    names = reads.code_names(code)
     for name in sorted(names):
         if name in fn.__globals__:
             parts.append(f"global {name}")
@@ -100,7 +101,7 @@ def _class(cls: type, parts: list[str], seen: set[int]) -> None:
             parts.append(f"class {klass.__qualname__} (again)")
             continue
         seen.add(id(klass))
-        if _is_library(klass) or klass is object:
+        if reads.is_library(klass) or klass is object:
             parts.append(f"library class {klass.__module__}.{klass.__qualname__}")
             continue
         parts.append(f"class {klass.__module__}.{klass.__qualname__}")
@@ -127,14 +128,6 @@ def _code(code: types.CodeType, parts: list[str]) -> None:
             parts.append(repr(const))
 
 
-def _global_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
-
-
 def _value(value, parts: list[str], seen: set[int], names: set[str] = frozenset()) -> None:
     """`names`: what the code that reads `value` names (a module's attributes it may read)."""
     if isinstance(value, float):
@@ -155,7 +148,7 @@ def _value(value, parts: list[str], seen: set[int], names: set[str] = frozenset(
         parts.append("partial")
         for item in (value.func, value.args, tuple(sorted(value.keywords.items()))):
             _value(item, parts, seen)
-    elif _is_library(value):
+    elif reads.is_library(value):
         parts.append(f"library {getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}")
     elif isinstance(value, types.FunctionType):
         _function(value, parts, seen)
@@ -178,7 +171,7 @@ def _module(module: types.ModuleType, parts: list[str], seen: set[int], names) -
     if key in seen:
         return
     seen.add(key)
-    library = module.__name__.split(".")[0] in LIBRARIES
+    library = module.__name__.split(".")[0] in reads.LIBRARIES
     for name in sorted(names):
         if not hasattr(module, name):
             continue
@@ -191,10 +184,3 @@ def _module(module: types.ModuleType, parts: list[str], seen: set[int], names) -
                 parts.append(f"library object {type(attribute).__qualname__}")
         else:
             _value(attribute, parts, seen, names)
-
-
-def _is_library(value) -> bool:
-    """A library function, builtin, class or ATen op: named, never instances with state."""
-    kinds = (types.FunctionType, types.BuiltinFunctionType, type, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
-    module = getattr(value, "__module__", None) or ""
-    return isinstance(value, kinds) and module.split(".")[0] in LIBRARIES

@@ -143,10 +143,14 @@ class JitFunction:
             p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
         )
         self.context = context or guards.FunctionContext(fn)
-        self._context_state = None if isinstance(self.context, guards.FunctionContext) else self.context.state
+        # a plain function that reads no Python state (globals, cells) keys its calls by the arguments alone
+        self._reads_state = isinstance(self.context, guards.FunctionContext)
+        empty = self._reads_state and not (self.context.reads.places or self.context.reads.cells)
+        self._context_state = None if empty else self.context.state
         self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
         self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
+        self._fingerprinted_state = None  # the values read (a plain function's) the fingerprint was taken under
         self._families: Families | None = None  # made on the first compile (codegen/families.py)
         self._lock = threading.RLock()
 
@@ -276,12 +280,19 @@ class JitFunction:
         return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled, watched)
 
     def _persistent_key(self, key) -> str | None:
+        """The key of this signature on disk: the fingerprint of the function and what it reads,
+        with the arguments' key. A plain function's values read (key[3]) are in the fingerprint,
+        which is taken again when they changed; a module's state stays in the key."""
+        state = None
+        if self._reads_state:
+            key, state = key[:3], key[3]
         if guards.contains(key, guards.ByIdentity):
             logs.cache.info(
                 "%s: a signature keyed by an object's identity is not cached across processes", self.__name__
             )
             return None
-        if self._fingerprint is False:
+        if self._fingerprint is False or state != self._fingerprinted_state:
+            self._fingerprinted_state = state
             of = getattr(self.context, "fingerprint", None)
             self._fingerprint = of() if of is not None else fingerprint.of(self.fn)
             if self._fingerprint is None:
@@ -293,7 +304,7 @@ class JitFunction:
     def _note_recompile(self, key) -> None:
         if not self.cache:
             return
-        change = _difference(next(reversed(self.cache)), key)
+        change = _difference(next(reversed(self.cache)), key, self.context)
         logs.recompiles.info("%s: new signature (%s); %d compiled so far", self.__name__, change, self.compiles)
         if self.compiles + 1 == self.recompile_warning:
             warnings.warn(
@@ -353,7 +364,7 @@ def _mutated_slots(traced: capture.Traced, compiled: Compiled) -> list[int]:
     return [slot for slot, name in zip(traced.tensor_slots, inputs) if name in written]
 
 
-def _difference(old, new) -> str:
+def _difference(old, new, context) -> str:
     """What changed between two signature keys, in words."""
     old_spec, old_leaves, old_state, old_module = old
     new_spec, new_leaves, new_state, new_module = new
@@ -369,5 +380,5 @@ def _difference(old, new) -> str:
                 return f"argument {i}: " + ", ".join(changed)
             return f"argument {i}: {a[-1]!r} -> {b[-1]!r}"
     if old_module != new_module:
-        return "module state (a training flag, an attribute or a hook) changed"
+        return context.describe(old_module, new_module)
     return "same signature"

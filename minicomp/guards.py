@@ -12,8 +12,10 @@ a call (function.py) holds all of it:
     mode, inference mode, autocast (per device type, with its dtype), the
     default dtype, deterministic algorithms, and active torch function or
     dispatch modes (which is how a default device is set);
-  * for `jit(module)`: every submodule's training flag and plain attributes
-    (nn.py, `module_state`).
+  * the Python values the function reads besides its arguments (`state_key` of
+    each place `reads.Reads` lists: its globals, closure cells, those of the user
+    functions it calls, attributes of a config object); for `jit(module)` also
+    every submodule's training flag and plain attributes (nn.py `ModuleContext`).
 
 Two things are checked on a call instead, because they cost nothing unless an
 entry needs them: an entry that writes into an input runs eagerly when that
@@ -33,6 +35,8 @@ import types
 
 import numpy as np
 import torch
+
+from minicomp import reads
 
 _BY_VALUE = (
     type(None),
@@ -119,6 +123,58 @@ def value_key(value, depth: int = 0):
     if isinstance(value, _BY_IDENTITY) or callable(value) and hasattr(value, "__qualname__"):
         return (kind, ByIdentity(value))
     return (kind, Unguardable(value))
+
+
+_BY_VALUE_LIMIT = 64  # items of a container a read value is keyed by; a larger one by identity
+_PLAIN = {int, float, bool, str, type(None)}  # keyed by value (a float by its bits: -0.0 is not 0.0)
+_SAME_OBJECT = (
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    type,
+    torch._ops.OpOverload,
+    torch._ops.OpOverloadPacket,
+)
+
+
+def state_key(value, depth: int = 0):
+    """A value a trace read outside its arguments (a global, a closure cell, a module attribute),
+    keyed so that what the compiled code would not follow changes the key: plain values by
+    value; functions, classes and modules by identity (a rebound helper is seen); a tensor by
+    identity and layout (the compiled code holds it, so in-place changes need no key); an
+    nn.Module by identity and its submodules' training flags; a user object by its attributes,
+    two levels down; anything else, and containers over _BY_VALUE_LIMIT items, by identity."""
+    kind = type(value)
+    if kind in _PLAIN:  # the common cases first: a call reads these every time
+        return (kind, value) if kind is not float else (kind, value.hex())
+    if kind in _SAME_OBJECT or value is reads.MISSING or isinstance(value, _SAME_OBJECT):
+        return value  # hashed and compared by identity
+    if isinstance(value, torch.nn.Module):
+        return (type(value), ByIdentity(value), tuple(m.training for m in value.modules()))
+    if _user_object(value) and depth < 2:
+        return (type(value), tuple((k, state_key(v, depth + 1)) for k, v in vars(value).items()))
+    if isinstance(value, (tuple, list, dict, set, frozenset)) and len(value) > _BY_VALUE_LIMIT:
+        return (type(value), ByIdentity(value))
+    key = value_key(value)
+    return (type(value), ByIdentity(value)) if contains(key, Unguardable) else key
+
+
+def changed_read(read: reads.Reads, old: tuple, new: tuple) -> str:
+    """Which value read (`read`) differs between two keys of `state_key`s, in words."""
+    for name, a, b in zip(read.names(), old, new):
+        if a != b:
+            return f"{name} changed"
+    return "the values it reads changed"
+
+
+def _user_object(value) -> bool:
+    """An instance of a user class with attributes of its own (a config object)."""
+    return (
+        hasattr(value, "__dict__")
+        and not isinstance(value, (type, torch.nn.Module, torch.Tensor, np.ndarray))
+        and not callable(value)
+        and type(value).__module__ != "builtins"
+    )
 
 
 _grad, _inference, _default_dtype = torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.get_default_dtype
@@ -230,6 +286,11 @@ def constants_need_grad(watched: list[torch.Tensor]) -> bool:
     return torch.is_grad_enabled() and any(c.requires_grad for c in watched)
 
 
+class GradHook(RuntimeError):
+    """The function hooks into autograd (`y.retain_grad()`, `y.register_hook(fn)`): a compiled
+    graph records values only, so eager's `.grad` or hook would never be there."""
+
+
 class NumberFromValues(RuntimeError):
     """The function returns a Python number read from tensor values (`x.sum().item()`): a trace
     holds it as a symbol, which a compiled entry would hand back in place of the number."""
@@ -272,19 +333,24 @@ def watch(fn, context):
 
 
 class FunctionContext:
-    """What a plain function's trace may change: the plain globals it names, and the
-    attributes of the object its method is bound to."""
+    """What a plain function's trace reads (`reads.Reads`: globals, closure cells, those of the
+    user functions it calls), checked on every call; and what it may change: the plain
+    globals it names, and the attributes of the object its method is bound to."""
 
     def __init__(self, fn):
         self.fn = fn
         code = getattr(fn, "__code__", None)
         self.globals = getattr(fn, "__globals__", {}) if code is not None else {}
-        self.names = sorted(_names(code)) if code is not None else []
+        self.names = sorted(reads.code_names(code)) if code is not None else []
         self.owner = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
+        self.reads = reads.Reads(fn)
 
-    def state(self):
-        """Nothing is checked per call: globals and closures are constants of the trace."""
-        return None
+    def state(self) -> tuple:
+        """The values the trace read, keyed (`state_key`): a changed one is a new signature."""
+        return tuple(map(state_key, self.reads.values()))
+
+    def describe(self, old: tuple, new: tuple) -> str:
+        return changed_read(self.reads, old, new)
 
     def snapshot(self):
         values = {name: self.globals[name] for name in self.names if name in self.globals}
@@ -313,11 +379,3 @@ class FunctionContext:
         if attrs is not None:
             vars(self.owner).clear()
             vars(self.owner).update(attrs)
-
-
-def _names(code) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names

@@ -9,7 +9,8 @@ Everything else the forward reads from the module is guarded (`ModuleContext`):
 each call's key holds every submodule's training flag and plain attributes
 (numbers, strings, flags, tuples of them; a tensor attribute by identity; an
 object attribute such as a config by its own plain attributes) and the forward
-hooks, so `.eval()`, `self.p = 0.1` or a new hook compile anew. Across
+hooks, and the values its classes' methods read (globals, closure cells: reads.py),
+so `.eval()`, `self.p = 0.1`, `self.cache = new_table` or a new hook compile anew. Across
 processes a module is identified by its classes' code (fingerprint.of_module)
 plus that same state. A forward that changes its own attributes (`self.k += 1`)
 runs eagerly: compiled code would not repeat the change.
@@ -17,10 +18,12 @@ runs eagerly: compiled code would not repeat the change.
 
 from __future__ import annotations
 
+import types
+
 import torch
 from torch.func import functional_call
 
-from minicomp import fingerprint, guards
+from minicomp import fingerprint, guards, reads
 from minicomp.function import JitFunction
 
 # nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
@@ -52,10 +55,21 @@ class ModuleContext:
 
     def __init__(self, module: torch.nn.Module):
         self.module = module
+        classes = {type(m) for m in module.modules() if not reads.is_library(type(m))}
+        methods = [f for c in classes for k in c.__mro__ if not reads.is_library(k) for f in vars(k).values()]
+        self.reads = reads.Reads(*[f for f in methods if isinstance(f, types.FunctionType)])
 
     def state(self) -> tuple:
-        """Checked on every call: the training flags and plain attributes of every submodule."""
-        return tuple(_module_key(m) for m in self.module.modules())
+        """Checked on every call: the training flags and plain attributes of every submodule, and
+        what the methods of the user's module classes read (globals, closures: reads.py)."""
+        modules = tuple(_module_key(m) for m in self.module.modules())
+        return modules + tuple(map(guards.state_key, self.reads.values()))
+
+    def describe(self, old: tuple, new: tuple) -> str:
+        count = len(old) - len(self.reads.places) - len(self.reads.cells)
+        if old[:count] != new[:count]:
+            return "module state (a training flag, an attribute or a hook) changed"
+        return guards.changed_read(self.reads, old[count:], new[count:])
 
     def fingerprint(self) -> str | None:
         return fingerprint.of_module(self.module)
@@ -89,27 +103,8 @@ def _module_key(m: torch.nn.Module) -> tuple:
             if value:
                 parts.append((name, tuple(guards.ByIdentity(hook) for hook in value.values())))
             continue
-        parts.append((name, _attr_key(value)))
+        parts.append((name, guards.state_key(value)))
     return tuple(parts)
-
-
-def _object(value) -> bool:
-    """An instance of a user class with attributes of its own (a config object)."""
-    return (
-        hasattr(value, "__dict__")
-        and not isinstance(value, (type, torch.nn.Module))
-        and not callable(value)
-        and type(value).__module__ != "builtins"
-    )
-
-
-def _attr_key(value, depth: int = 0):
-    """A module attribute: a plain value by value, a config-like object by its attributes (two
-    levels down), anything else by identity (it is the same object, or the key changes)."""
-    if _object(value) and depth < 2:
-        return (type(value), tuple((k, _attr_key(v, depth + 1)) for k, v in vars(value).items()))
-    key = guards.value_key(value)
-    return (type(value), guards.ByIdentity(value)) if guards.contains(key, guards.Unguardable) else key
 
 
 class JitModule(torch.nn.Module):

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "minicomp"
 # bottom first; a subpackage (ops, codegen, bench, templates) is one unit
 LAYERS = [
     ["config", "logs", "dtypes", "workloads", "templates"],  # knows nothing of the compiler
+    ["reads"],  # what a function reads from Python state
     [
         "cache",
         "indexing",

@@ -3,6 +3,7 @@ per clear-error bullet, and per hole in the cache; each is named after what it g
 
 import functools
 import math
+import types
 import warnings
 
 import numpy as np
@@ -573,3 +574,101 @@ def test_tuning_records_are_validated():
     for bad in ([0, 4], [500, 4], [512, 3], ["512", 4], [1 << 20, 4], [512]):
         with pytest.raises((ValueError, TypeError)):
             valid_config(bad)
+
+
+# -- Python values a function reads: checked on every call (reads.py) -----------------
+
+SCALE = 2.0
+TABLE = torch.ones(6)
+SETTINGS = types.SimpleNamespace(shift=1.0)
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def calls_a_helper(x):
+    return scaled(x) + SETTINGS.shift
+
+
+def adds_the_table(x):
+    return x + TABLE
+
+
+def test_a_rebound_global_recompiles(device, monkeypatch, caplog):
+    """Regression: `SCALE = 3.0` after the first call returned x * 2.0 (globals were constants of
+    the trace). Each call now keys the values the function reads: a global, a global of a
+    helper it calls, an attribute of a config object, a rebound tensor; and the cache on disk
+    is looked up under a fingerprint taken for the new values, not the first ones."""
+    x = torch.randn(6, device=device)
+    fn, helper_fn, table_fn = (minicomp.jit(f) for f in (scaled, calls_a_helper, adds_the_table))
+    for f in (fn, helper_fn, table_fn):
+        f(x)
+    monkeypatch.setitem(globals(), "SCALE", 3.0)
+    with caplog.at_level("INFO", logger="minicomp.recompiles"):
+        torch.testing.assert_close(fn(x), x * 3.0)
+    assert "the global 'SCALE' changed" in caplog.text
+    torch.testing.assert_close(helper_fn(x), x * 3.0 + 1.0)  # the helper's global
+    monkeypatch.setattr(SETTINGS, "shift", -1.0)
+    torch.testing.assert_close(helper_fn(x), x * 3.0 - 1.0)  # an attribute of a config object
+    monkeypatch.setitem(globals(), "TABLE", torch.full((6,), 5.0, device=device))
+    torch.testing.assert_close(table_fn(x), x + 5.0)  # a rebound tensor (an in-place change needs no key)
+    assert fn.compiles == 2 and helper_fn.compiles == 3 and table_fn.compiles == 2
+
+
+def test_a_changed_closure_cell_recompiles(device):
+    x = torch.randn(6, device=device)
+    factor = 2.0
+    fn = minicomp.jit(lambda a: a * factor)
+    torch.testing.assert_close(fn(x), x * 2.0)
+    factor = 4.0  # noqa: F841 - read through the closure cell
+    torch.testing.assert_close(fn(x), x * 4.0)
+
+
+def test_a_module_reads_rebound_tensor_attributes_and_globals(device, monkeypatch):
+    """Regression: a module's plain tensor attribute (a RoPE cache made again for a longer
+    sequence) was keyed by the tensor's own attributes, none: the new tensor went unseen. Its
+    forward's globals are read on each call as a function's are."""
+
+    class Rotary(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cache = torch.ones(6, device=device)
+
+        def forward(self, x):
+            return x * self.cache * SCALE
+
+    module = Rotary()
+    fn, x = minicomp.jit(module), torch.randn(6, device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), x * SCALE)
+        module.cache = torch.full((6,), 3.0, device=device)
+        torch.testing.assert_close(fn(x), x * 3.0 * SCALE)
+    monkeypatch.setitem(globals(), "SCALE", -1.0)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), x * -3.0)
+
+
+def test_a_hook_into_autograd_runs_eagerly(device):
+    """Regression: `y.retain_grad()` inside a compiled function left `y.grad` None after
+    backward (the graph keeps values, not hooks). retain_grad and register_hook now run eagerly."""
+
+    def retained(x):
+        y = x * 2
+        y.retain_grad()
+        return y, (y * y).sum()
+
+    def hooked(x):
+        y = x * 2
+        y.register_hook(lambda g: g * 10)
+        return (y * y).sum()
+
+    x = torch.randn(5, device=device, requires_grad=True)
+    y, loss = quietly(minicomp.jit(retained, fallback="warn"), x)
+    loss.backward()
+    torch.testing.assert_close(y.grad, 4 * x.detach())
+    x.grad = None
+    quietly(minicomp.jit(hooked, fallback="warn"), x).backward()
+    torch.testing.assert_close(x.grad, 80 * x.detach())
+    with pytest.warns(UserWarning, match="retain_grad"):
+        minicomp.jit(retained, fallback="warn")(x)
