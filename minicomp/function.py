@@ -150,6 +150,9 @@ class JitFunction:
         self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
         self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
+        # traces that changed Python state (guards.watch): once may be a lazy initialization (a
+        # cache made on the first call); twice, and every later call runs eagerly without tracing
+        self._side_effects = 0
         self._fingerprinted_state = None  # the values read (a plain function's) the fingerprint was taken under
         self._families: Families | None = None  # made on the first compile (codegen/families.py)
         self._lock = threading.RLock()
@@ -211,6 +214,8 @@ class JitFunction:
         """Compile the signature and run it once, under the lock. Whatever fails before the
         compiled code has returned (tracing, compiling, or its first run) falls back by policy:
         nothing of the user's has changed by then (mutations are written back last)."""
+        if self._side_effects > 1:  # its Python state changes on every call: each new key would trace in vain
+            return capture.call_eagerly(self.fn, leaves, in_spec)
         with self._lock:
             entry = self.cache.get(key)
             if entry is None:
@@ -221,6 +226,7 @@ class JitFunction:
                     result = entry(self.fn, leaves, in_spec)
                 except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
                     failure, entry = err, EagerEntry()
+                    self._side_effects += isinstance(err, guards.SideEffect)
                 if failure is not None:
                     # raises under fallback="raise": nothing is remembered
                     fallback.handle(self.__name__, failure, self.fallback, stacklevel=3)

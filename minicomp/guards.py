@@ -20,7 +20,8 @@ a call (function.py) holds all of it:
 Two things are checked on a call instead, because they cost nothing unless an
 entry needs them: an entry that writes into an input runs eagerly when that
 input shares memory with another argument (`shares_memory`), and a trace that
-changes a module attribute or a global (`watch`) is undone and runs eagerly.
+changes a module attribute, a global, or what a list, dict or object the function
+reads holds (`watch`, `Held`) is undone and runs eagerly.
 
 Keys that hold an object's identity (`ByIdentity`) are never persisted: an
 address means nothing in another process.
@@ -355,10 +356,11 @@ class FunctionContext:
     def snapshot(self):
         values = {name: self.globals[name] for name in self.names if name in self.globals}
         attrs = dict(vars(self.owner)) if self.owner is not None and hasattr(self.owner, "__dict__") else None
-        return values, attrs
+        held = Held(zip(self.reads.names(), self.reads.values()))
+        return values, attrs, held
 
     def changed(self, before) -> str | None:
-        values, attrs = before
+        values, attrs, held = before
         for name in self.names:
             if name in self.globals and (name not in values or values[name] is not self.globals[name]):
                 return f"the global {name!r}"
@@ -367,10 +369,10 @@ class FunctionContext:
             for name in set(attrs) | set(now):
                 if attrs.get(name, attrs) is not now.get(name, attrs):
                     return f"the attribute {name!r} of its {type(self.owner).__name__}"
-        return None
+        return held.changed()
 
     def restore(self, before) -> None:
-        values, attrs = before
+        values, attrs, held = before
         for name in self.names:
             if name in values:
                 self.globals[name] = values[name]
@@ -379,3 +381,46 @@ class FunctionContext:
         if attrs is not None:
             vars(self.owner).clear()
             vars(self.owner).update(attrs)
+        held.restore()
+
+
+class Held:
+    """What mutable values hold (a list's items, a dict's or an object's entries), copied one
+    level deep before a trace: a trace that appends to a global list or bumps a counter in a
+    config object changed them, and compiled code would not repeat that. `changed` names the
+    first such value; `restore` puts the items back (eager then applies the change once)."""
+
+    def __init__(self, named_values):
+        self.held = [(name, value, _contents(value)) for name, value in named_values]
+        self.held = [entry for entry in self.held if entry[2] is not None]
+
+    def changed(self) -> str | None:
+        for name, value, contents in self.held:
+            if not _same_contents(value, contents):
+                return f"what {name} holds"
+        return None
+
+    def restore(self) -> None:
+        for _, value, contents in self.held:
+            if isinstance(value, list):
+                value[:] = contents
+            else:
+                entries = value if isinstance(value, (dict, set)) else vars(value)
+                entries.clear()
+                entries.update(contents)
+
+
+def _contents(value):
+    """A shallow copy of what a mutable value holds (None for anything else)."""
+    if isinstance(value, (list, dict, set)):
+        return type(value)(value) if type(value) in (list, dict, set) else None
+    return dict(vars(value)) if _user_object(value) else None
+
+
+def _same_contents(value, contents) -> bool:
+    if isinstance(value, list):
+        return len(value) == len(contents) and all(a is b for a, b in zip(value, contents))
+    if isinstance(value, set):
+        return len(value) == len(contents) and all(item in contents for item in value)
+    entries = value if isinstance(value, dict) else vars(value)
+    return entries.keys() == contents.keys() and all(entries[k] is contents[k] for k in contents)

@@ -75,10 +75,21 @@ class ModuleContext:
         return fingerprint.of_module(self.module)
 
     def snapshot(self):
-        return [(m, dict(vars(m))) for m in self.module.modules()], self.state()
+        modules = [(m, dict(vars(m))) for m in self.module.modules()]
+        attributes = [
+            (f"the attribute {name!r} of its {type(m).__name__}", value)
+            for m, attrs in modules
+            for name, value in attrs.items()
+            if name not in _INTERNAL
+        ]
+        held = guards.Held(attributes + list(zip(self.reads.names(), self.reads.values())))
+        return modules, self.state(), held
 
     def changed(self, before) -> str | None:
-        modules, state = before
+        modules, state, held = before
+        inside = held.changed()  # a list attribute appended to, a config object's counter
+        if inside is not None:
+            return inside
         if self.state() == state:
             return None
         for m, attrs in modules:
@@ -92,6 +103,7 @@ class ModuleContext:
         for m, attrs in before[0]:
             vars(m).clear()
             vars(m).update(attrs)
+        before[2].restore()
 
 
 def _module_key(m: torch.nn.Module) -> tuple:

@@ -672,3 +672,74 @@ def test_a_hook_into_autograd_runs_eagerly(device):
     torch.testing.assert_close(x.grad, 80 * x.detach())
     with pytest.warns(UserWarning, match="retain_grad"):
         minicomp.jit(retained, fallback="warn")(x)
+
+
+# -- what a trace changes inside a mutable value: undone, then eager --------------------
+
+RECORDED = []
+COUNTER = types.SimpleNamespace(calls=0)
+
+
+def records(x):
+    RECORDED.append(x * 2)
+    COUNTER.calls += 1
+    return x + 1
+
+
+def test_appending_to_a_global_list_happens_once_per_call_with_real_tensors(device):
+    """Regression: the trace appended a fake tensor to a global list and compiled; later calls
+    appended nothing (eager: one real tensor a call), and a counter in a config object counted
+    traces, not calls. What a trace changes inside a list, dict, set or object that the function
+    reads is put back, and the function runs eagerly; after a second such trace it is not
+    traced again (`compiles` stops growing)."""
+    RECORDED.clear()
+    COUNTER.calls = 0
+    fn, x = minicomp.jit(records, fallback="silent"), torch.randn(4, device=device)
+    for _ in range(4):
+        torch.testing.assert_close(fn(x), x + 1)
+    assert len(RECORDED) == 4 and all(type(t) is torch.Tensor for t in RECORDED)
+    torch.testing.assert_close(RECORDED[-1], x * 2)
+    assert COUNTER.calls == 4 and fn.compiles == 2
+
+
+def test_a_forward_appending_to_its_list_attribute_appends_once_per_call(device):
+    """Regression: `self.seen.append(...)` in a forward ran twice a call (the trace's append was
+    not undone, then eager appended again) and every call traced anew."""
+
+    class Recorder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def forward(self, x):
+            self.seen.append(x.shape[0])
+            return x * 2
+
+    module = Recorder()
+    fn = minicomp.jit(module, fallback="silent")
+    for _ in range(3):
+        fn(torch.randn(5, device=device))
+    assert module.seen == [5, 5, 5]
+
+
+def test_a_table_made_on_the_first_call_compiles_from_the_second(device):
+    """A lazily made attribute (a RoPE table built by the first forward) changes state once: that
+    call runs eagerly, the next ones compile."""
+
+    class Lazy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = None
+
+        def forward(self, x):
+            if self.table is None:
+                self.table = torch.arange(x.shape[-1], dtype=x.dtype, device=x.device)
+            return x * self.table
+
+    module, x = Lazy(), torch.randn(4, device=device)
+    fn = minicomp.jit(module, fallback="silent")
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fn(x), x * torch.arange(4.0, device=device))
+    first, second = fn.compiled.cache.values()
+    assert first.compiled is None and second.compiled is not None  # eager once, then compiled
