@@ -87,6 +87,7 @@ class TrainingEntry:
         self.lean: LeanCall | None = None  # once the backward is compiled (training_call.py)
         self.watched: list[torch.Tensor] = []  # tensors it closes over, checked per call (guards.grad_watched)
         constants = list(leaves)
+        grad_leaves = {i for i in self.tensor_slots if leaves[i].is_leaf and leaves[i].requires_grad}
 
         def flat_fn(*tensors):
             values = list(constants)
@@ -96,6 +97,12 @@ class TrainingEntry:
             seen = capture.ClosedOver()
             with seen:
                 result = fn(*args, **kwargs)
+            for slot, t in zip(self.tensor_slots, tensors):
+                if slot in grad_leaves and _data_mutated(t):
+                    raise guards.Unguarded(
+                        f"it writes in place into argument {slot}, a leaf tensor that requires grad, "
+                        "which eager refuses"
+                    )
             closed_over = list(seen.tensors.values())
             guards.refuse_grad_constants(closed_over, True)  # a training signature: grad mode is on
             self.watched = guards.grad_watched(closed_over)
@@ -169,6 +176,14 @@ class TrainingEntry:
     def source(self) -> str:
         parts = [c.source for c in (self.forward, self.backward) if c is not None]
         return "\n\n# ---- backward ----\n\n".join(parts)
+
+
+def _data_mutated(t) -> bool:
+    """Whether the function wrote into `t`, an input as AOTAutograd traces it (functionalized in its
+    first pass: the pass that reads what a graph mutates)."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(t, FunctionalTensor) and torch._functionalize_has_data_mutation(t.elem)
 
 
 def _any_shared(tensors) -> bool:

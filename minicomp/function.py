@@ -216,6 +216,8 @@ class JitFunction:
         nothing of the user's has changed by then (mutations are written back last)."""
         if self._side_effects > 1:  # its Python state changes on every call: each new key would trace in vain
             return capture.call_eagerly(self.fn, leaves, in_spec)
+        if guards.INSIDE_A_TRACE in key[1]:  # a jitted function calling this one is being traced: be its code
+            return capture.call_eagerly(self.fn, leaves, in_spec)
         with self._lock:
             entry = self.cache.get(key)
             if entry is None:
@@ -242,6 +244,14 @@ class JitFunction:
         self.compiles += 1
 
     def _build(self, key, leaves, in_spec):
+        unusual = guards.unusual(key[1])
+        if unusual is not None:
+            raise guards.Unguarded(unusual.why)
+        if key[2][5] is not None and key[2][5][3] is not None:
+            raise guards.Unguarded(
+                "it is called inside a functorch transform (vmap, grad, jacrev), whose wrapped tensors "
+                "compiled kernels cannot read"
+            )
         bad = guards.unguardable(key[1])
         if bad is not None:
             raise guards.Unguarded(
@@ -381,6 +391,8 @@ def _difference(old, new, context) -> str:
     fields = ("shape", "stride", "dtype", "device", "requires_grad")
     for i, (a, b) in enumerate(zip(old_leaves, new_leaves)):
         if a != b:
+            if isinstance(a, guards.Unusual) or isinstance(b, guards.Unusual):
+                return f"argument {i}: {a!r} -> {b!r}"
             if len(a) == len(fields) and len(b) == len(fields):
                 changed = [f"{f} {x} -> {y}" for f, x, y in zip(fields, a, b) if x != y]
                 return f"argument {i}: " + ", ".join(changed)

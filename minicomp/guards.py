@@ -90,11 +90,62 @@ class Unguardable(ByIdentity):
         return f"<{type(self.obj).__name__} object>"
 
 
+_PLAIN_TENSORS = {torch.Tensor, torch.nn.Parameter}
+
+
 def leaf_key(value):
     """What one flattened argument contributes to the signature key."""
     if isinstance(value, torch.Tensor):
-        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
+        if type(value) in _PLAIN_TENSORS and not (value.is_neg() or value.is_conj()):
+            try:
+                return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
+            except RuntimeError:  # a nested tensor has no strides
+                pass
+        return _unusual_tensor(value)
     return value_key(value)
+
+
+class Unusual:
+    """A key part for a tensor minicomp does not compile for (it runs eagerly): equal for the same
+    reason, so later calls with such a tensor find their eager entry."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __eq__(self, other):
+        return isinstance(other, Unusual) and other.why == self.why
+
+    def __hash__(self):
+        return hash(self.why)
+
+    def __repr__(self):
+        return f"<{self.why}>"
+
+
+def _unusual_tensor(value: torch.Tensor) -> Unusual:
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    if isinstance(value, (FakeTensor, FunctionalTensor)):
+        return INSIDE_A_TRACE
+    if value.is_nested or value.layout != torch.strided:
+        return Unusual(f"an argument is a {'nested' if value.is_nested else str(value.layout)} tensor")
+    if value.is_neg() or value.is_conj():
+        return Unusual(
+            "an argument is a lazily negated or conjugated view (`.conj()`, `.conj().imag`): "
+            "call .resolve_conj() / .resolve_neg() on it to compile"
+        )
+    return Unusual(f"an argument is a {type(value).__name__}, a tensor subclass, which eager would return")
+
+
+INSIDE_A_TRACE = Unusual("called inside another trace (a jitted function calling this one)")
+
+
+def unusual(leaf_keys) -> Unusual | None:
+    """The first Unusual tensor of a call's leaf keys, or None."""
+    return next((k for k in leaf_keys if isinstance(k, Unusual)), None)
 
 
 def value_key(value, depth: int = 0):
@@ -180,12 +231,13 @@ def _user_object(value) -> bool:
 
 _grad, _inference, _default_dtype = torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.get_default_dtype
 _deterministic, _any_autocast = torch._C._get_deterministic_algorithms, torch._C._is_any_autocast_enabled
+_functorch_level = torch._C._functorch.maybe_current_level  # not None inside vmap, grad, jacrev, ...
 _function_modes, _dispatch_modes = torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
 
 
 def global_state() -> tuple:
     """The global modes a trace depends on, read with C calls only in the common case (~0.35 us)."""
-    if _any_autocast() or _function_modes() or _dispatch_modes():
+    if _any_autocast() or _function_modes() or _dispatch_modes() or _functorch_level() is not None:
         return _global_state_in_full()
     return (_grad(), _inference(), _default_dtype(), _deterministic(), None, None)
 
@@ -197,8 +249,8 @@ def _global_state_in_full() -> tuple:
             (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")
         )
     modes = None
-    if _function_modes() or _dispatch_modes():
-        modes = (str(torch.get_default_device()), _function_modes(), _dispatch_modes())
+    if _function_modes() or _dispatch_modes() or _functorch_level() is not None:
+        modes = (str(torch.get_default_device()), _function_modes(), _dispatch_modes(), _functorch_level())
     return (_grad(), _inference(), _default_dtype(), _deterministic(), autocast, modes)
 
 
@@ -213,6 +265,8 @@ def describe_state(state: tuple) -> str:
         words += [f"autocast {device} {dt}" for device, on, dt in autocast if on]
     if modes:
         words.append(f"default device {modes[0]}, {modes[1]} function / {modes[2]} dispatch modes")
+        if modes[3] is not None:
+            words.append(f"inside a functorch transform (level {modes[3]})")
     return ", ".join(words)
 
 

@@ -743,3 +743,56 @@ def test_a_table_made_on_the_first_call_compiles_from_the_second(device):
             torch.testing.assert_close(fn(x), x * torch.arange(4.0, device=device))
     first, second = fn.compiled.cache.values()
     assert first.compiled is None and second.compiled is not None  # eager once, then compiled
+
+
+def test_tensors_minicomp_does_not_compile_for_run_eagerly(device):
+    """Regression: `.conj().imag` (a lazily negated view) and `.imag` of a conjugated view came out
+    with the wrong sign; a tensor subclass came back as a plain Tensor; a
+    nested tensor raised a raw RuntimeError. Such arguments run eagerly (and a plain tensor of
+    the same shape after them still compiles)."""
+    c = torch.randn(4, dtype=torch.complex64, device=device)
+    doubled = minicomp.jit(lambda t: t * 2 + 1, fallback="silent")
+    torch.testing.assert_close(doubled(c.conj().imag), c.conj().imag * 2 + 1)
+    torch.testing.assert_close(doubled(c.imag), c.imag * 2 + 1)
+    imag = minicomp.jit(lambda t: t.imag * 2, fallback="silent")
+    torch.testing.assert_close(imag(c.conj()), c.conj().imag * 2)
+
+    class Tagged(torch.Tensor):
+        pass
+
+    tagged = torch.randn(4, device=device).as_subclass(Tagged)
+    assert type(doubled(tagged)) is Tagged
+    nested = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(1, 3)], device=device)
+    torch.testing.assert_close(doubled(nested).to_padded_tensor(0), (nested * 2 + 1).to_padded_tensor(0))
+    assert doubled.compiled(c.imag) is not None
+
+
+def test_functorch_transforms_of_a_jitted_function_run_eagerly(device):
+    """Regression: vmap(jit(f)) returned a fake tensor (its wrapped tensors were traced as
+    inputs). Inside vmap, grad or jacrev a jitted function runs eagerly."""
+    fn = minicomp.jit(lambda t: (t.sin() * 2 + 1).relu(), fallback="silent")
+    x = torch.randn(3, 5, device=device)
+    expected = (x.sin() * 2 + 1).relu()
+    out = torch.func.vmap(fn)(x)
+    assert type(out) is torch.Tensor
+    torch.testing.assert_close(out, expected)
+    eager_grad = torch.func.grad(lambda t: (t.sin() * 2 + 1).relu().sum())(x)
+    torch.testing.assert_close(torch.func.grad(lambda t: fn(t).sum())(x), eager_grad)
+    torch.testing.assert_close(fn(x), expected)  # outside a transform: compiled
+    assert fn.compiled(x) is not None
+
+
+def test_writing_into_a_leaf_that_requires_grad_raises_as_in_eager(device):
+    """Regression: `t.mul_(2)` on a leaf that requires grad compiled and changed it silently;
+    eager raises. It now runs eagerly, which raises, and the tensor is left as it was."""
+    x = torch.randn(3, device=device, requires_grad=True)
+    before = x.detach().clone()
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        quietly(minicomp.jit(lambda t: t.mul_(2), fallback="warn"), x)
+    torch.testing.assert_close(x.detach(), before)
+    y = torch.randn(3, device=device)  # an input that needs no grad may be written: compiled
+    y0 = y.clone()
+    out = minicomp.jit(lambda t, u: t * u.mul_(2))(x, y)
+    torch.testing.assert_close(y, 2 * y0)
+    torch.testing.assert_close(out, x * 2 * y0)
+    assert out.requires_grad
