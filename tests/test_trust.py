@@ -601,6 +601,7 @@ def test_a_rebound_global_recompiles(device, monkeypatch, caplog):
     helper it calls, an attribute of a config object, a rebound tensor; and the cache on disk
     is looked up under a fingerprint taken for the new values, not the first ones."""
     x = torch.randn(6, device=device)
+    monkeypatch.setitem(globals(), "TABLE", torch.ones(6, device=device))
     fn, helper_fn, table_fn = (minicomp.jit(f) for f in (scaled, calls_a_helper, adds_the_table))
     for f in (fn, helper_fn, table_fn):
         f(x)
