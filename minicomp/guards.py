@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import operator
 import types
 
 import numpy as np
@@ -209,6 +210,11 @@ def state_key(value, depth: int = 0):
         return (type(value), ByIdentity(value))
     key = value_key(value)
     return (type(value), ByIdentity(value)) if contains(key, Unguardable) else key
+
+
+def _fixed(value) -> bool:
+    """A value whose key cannot change while it is the same object."""
+    return type(value) in _PLAIN or value is reads.MISSING or isinstance(value, _SAME_OBJECT)
 
 
 def changed_read(read: reads.Reads, old: tuple, new: tuple) -> str:
@@ -399,10 +405,19 @@ class FunctionContext:
         self.names = sorted(reads.code_names(code)) if code is not None else []
         self.owner = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
         self.reads = reads.Reads(fn)
+        self._last: tuple[list, tuple | None] = ([], None)  # values whose key is their identity, and that key
 
     def state(self) -> tuple:
-        """The values the trace read, keyed (`state_key`): a changed one is a new signature."""
-        return tuple(map(state_key, self.reads.values()))
+        """The values the trace read, keyed (`state_key`): a changed one is a new signature. When
+        every value is one whose key is its identity or value (a number, a string, a module, a
+        function, a class) and each is the same object as last call, the last key is reused."""
+        values = self.reads.values()
+        last_values, last_key = self._last
+        if last_key is not None and len(values) == len(last_values) and all(map(operator.is_, values, last_values)):
+            return last_key
+        key = tuple(map(state_key, values))
+        self._last = (values, key) if all(map(_fixed, values)) else ([], None)
+        return key
 
     def describe(self, old: tuple, new: tuple) -> str:
         return changed_read(self.reads, old, new)

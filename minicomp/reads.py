@@ -18,7 +18,7 @@ checks (guards.py `state_key`). Library functions and modules (torch, math,
 
 from __future__ import annotations
 
-import itertools
+import operator
 import types
 
 import torch
@@ -26,6 +26,7 @@ import torch
 LIBRARIES = ("torch", "triton", "numpy", "math", "operator", "functools", "builtins", "minicomp", "einops")
 _DEPTH = 4  # user functions followed, one through another
 MISSING = object()  # a global that is not (or no longer) defined, or an empty cell
+_CONTENTS = operator.attrgetter("cell_contents")
 
 
 def is_library(value) -> bool:
@@ -94,7 +95,12 @@ class Reads:
         cells = [f"a cell it closes over ({cell_contents(c).__class__.__name__})" for c in self.cells]
         return [f"the global {name!r}" for _, name in self.places] + cells
 
-    def values(self):
-        """The values now, in order (MISSING where a name is gone or a cell is empty): an iterator."""
-        values = map(dict.get, self._spaces, self._names, self._missing)
-        return itertools.chain(values, map(cell_contents, self.cells)) if self.cells else values
+    def values(self) -> list:
+        """The values now, in order (MISSING where a name is gone or a cell is empty)."""
+        values = list(map(dict.get, self._spaces, self._names, self._missing))
+        if self.cells:
+            try:
+                values += map(_CONTENTS, self.cells)
+            except ValueError:  # an empty cell
+                values = values[: len(self.places)] + [cell_contents(cell) for cell in self.cells]
+        return values
