@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 
 from minicomp import capture, compile_pool, config, fallback, fingerprint, guards, logs, persist
 from minicomp.autograd import TrainingEntry
+from minicomp.context import FunctionContext, watch
 
 if TYPE_CHECKING:
     from minicomp.codegen.families import Families
@@ -142,15 +143,15 @@ class JitFunction:
         self._plain = self.signature is None or all(
             p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
         )
-        self.context = context or guards.FunctionContext(fn)
+        self.context = context or FunctionContext(fn)
         # a plain function that reads no Python state (globals, cells) keys its calls by the arguments alone
-        self._reads_state = isinstance(self.context, guards.FunctionContext)
+        self._reads_state = isinstance(self.context, FunctionContext)
         empty = self._reads_state and not (self.context.reads.places or self.context.reads.cells)
         self._context_state = None if empty else self.context.state
         self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
         self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
-        # traces that changed Python state (guards.watch): once may be a lazy initialization (a
+        # traces that changed Python state (context.py `watch`): once may be a lazy initialization (a
         # cache made on the first call); twice, and every later call runs eagerly without tracing
         self._side_effects = 0
         self._fingerprinted_state = None  # the values read (a plain function's) the fingerprint was taken under
@@ -261,7 +262,7 @@ class JitFunction:
             )
         leaves, in_spec = list(leaves), self._spec(in_spec)
         names = capture.leaf_names(in_spec, self.params)
-        fn = guards.watch(self.fn, self.context)
+        fn = watch(self.fn, self.context)
         if _needs_grad(leaves):
             compile_pool.start_triton(leaves)  # a miss: Triton's one-time costs run while it traces
             return TrainingEntry(
@@ -343,7 +344,7 @@ class JitFunction:
             leaves, in_spec = [_copy(v) for v in leaves], self._spec(in_spec)
             names = capture.leaf_names(in_spec, self.params)
             _, entry.compiled = _trace_and_compile(
-                guards.watch(self.fn, self.context), leaves, in_spec, names, self.__name__, self.families
+                watch(self.fn, self.context), leaves, in_spec, names, self.__name__, self.families
             )
         return entry
 

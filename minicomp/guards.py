@@ -21,7 +21,7 @@ Two things are checked on a call instead, because they cost nothing unless an
 entry needs them: an entry that writes into an input runs eagerly when that
 input shares memory with another argument (`shares_memory`), and a trace that
 changes a module attribute, a global, or what a list, dict or object the function
-reads holds (`watch`, `Held`) is undone and runs eagerly.
+reads holds (context.py `watch`, `Held`) is undone and runs eagerly.
 
 Keys that hold an object's identity (`ByIdentity`) are never persisted: an
 address means nothing in another process.
@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-import operator
 import types
 
 import numpy as np
@@ -179,8 +178,8 @@ def value_key(value, depth: int = 0):
 
 
 _BY_VALUE_LIMIT = 64  # items of a container a read value is keyed by; a larger one by identity
-_PLAIN = {int, float, bool, str, type(None)}  # keyed by value (a float by its bits: -0.0 is not 0.0)
-_SAME_OBJECT = (
+PLAIN = {int, float, bool, str, type(None)}  # keyed by value (a float by its bits: -0.0 is not 0.0)
+SAME_OBJECT = (
     types.ModuleType,
     types.FunctionType,
     types.BuiltinFunctionType,
@@ -198,13 +197,13 @@ def state_key(value, depth: int = 0):
     nn.Module by identity and its submodules' training flags; a user object by its attributes,
     two levels down; anything else, and containers over _BY_VALUE_LIMIT items, by identity."""
     kind = type(value)
-    if kind in _PLAIN:  # the common cases first: a call reads these every time
+    if kind in PLAIN:  # the common cases first: a call reads these every time
         return (kind, value) if kind is not float else (kind, value.hex())
-    if kind in _SAME_OBJECT or value is reads.MISSING or isinstance(value, _SAME_OBJECT):
+    if kind in SAME_OBJECT or value is reads.MISSING or isinstance(value, SAME_OBJECT):
         return value  # hashed and compared by identity
     if isinstance(value, torch.nn.Module):
         return (type(value), ByIdentity(value), tuple(m.training for m in value.modules()))
-    if _user_object(value) and depth < 2:
+    if user_object(value) and depth < 2:
         return (type(value), tuple((k, state_key(v, depth + 1)) for k, v in vars(value).items()))
     if isinstance(value, (tuple, list, dict, set, frozenset)) and len(value) > _BY_VALUE_LIMIT:
         return (type(value), ByIdentity(value))
@@ -212,20 +211,7 @@ def state_key(value, depth: int = 0):
     return (type(value), ByIdentity(value)) if contains(key, Unguardable) else key
 
 
-def _fixed(value) -> bool:
-    """A value whose key cannot change while it is the same object."""
-    return type(value) in _PLAIN or value is reads.MISSING or isinstance(value, _SAME_OBJECT)
-
-
-def changed_read(read: reads.Reads, old: tuple, new: tuple) -> str:
-    """Which value read (`read`) differs between two keys of `state_key`s, in words."""
-    for name, a, b in zip(read.names(), old, new):
-        if a != b:
-            return f"{name} changed"
-    return "the values it reads changed"
-
-
-def _user_object(value) -> bool:
+def user_object(value) -> bool:
     """An instance of a user class with attributes of its own (a config object)."""
     return (
         hasattr(value, "__dict__")
@@ -375,121 +361,3 @@ class SideEffect(RuntimeError):
 
 class Unguarded(RuntimeError):
     """An argument minicomp cannot watch for changes (an `Unguardable` leaf)."""
-
-
-def watch(fn, context):
-    """`fn`, checked: if a call changes what `context` watches, the change is undone and
-    SideEffect raised (a compiled entry would not repeat it on later calls)."""
-
-    def watched(*args, **kwargs):
-        before = context.snapshot()
-        result = fn(*args, **kwargs)
-        changed = context.changed(before)
-        if changed:
-            context.restore(before)
-            raise SideEffect(f"it changes {changed} each time it runs, which compiled code would not repeat")
-        return result
-
-    return watched
-
-
-class FunctionContext:
-    """What a plain function's trace reads (`reads.Reads`: globals, closure cells, those of the
-    user functions it calls), checked on every call; and what it may change: the plain
-    globals it names, and the attributes of the object its method is bound to."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        code = getattr(fn, "__code__", None)
-        self.globals = getattr(fn, "__globals__", {}) if code is not None else {}
-        self.names = sorted(reads.code_names(code)) if code is not None else []
-        self.owner = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
-        self.reads = reads.Reads(fn)
-        self._last: tuple[list, tuple | None] = ([], None)  # values whose key is their identity, and that key
-
-    def state(self) -> tuple:
-        """The values the trace read, keyed (`state_key`): a changed one is a new signature. When
-        every value is one whose key is its identity or value (a number, a string, a module, a
-        function, a class) and each is the same object as last call, the last key is reused."""
-        values = self.reads.values()
-        last_values, last_key = self._last
-        if last_key is not None and len(values) == len(last_values) and all(map(operator.is_, values, last_values)):
-            return last_key
-        key = tuple(map(state_key, values))
-        self._last = (values, key) if all(map(_fixed, values)) else ([], None)
-        return key
-
-    def describe(self, old: tuple, new: tuple) -> str:
-        return changed_read(self.reads, old, new)
-
-    def snapshot(self):
-        values = {name: self.globals[name] for name in self.names if name in self.globals}
-        attrs = dict(vars(self.owner)) if self.owner is not None and hasattr(self.owner, "__dict__") else None
-        held = Held(zip(self.reads.names(), self.reads.values()))
-        return values, attrs, held
-
-    def changed(self, before) -> str | None:
-        values, attrs, held = before
-        for name in self.names:
-            if name in self.globals and (name not in values or values[name] is not self.globals[name]):
-                return f"the global {name!r}"
-        if attrs is not None:
-            now = vars(self.owner)
-            for name in set(attrs) | set(now):
-                if attrs.get(name, attrs) is not now.get(name, attrs):
-                    return f"the attribute {name!r} of its {type(self.owner).__name__}"
-        return held.changed()
-
-    def restore(self, before) -> None:
-        values, attrs, held = before
-        for name in self.names:
-            if name in values:
-                self.globals[name] = values[name]
-            else:
-                self.globals.pop(name, None)
-        if attrs is not None:
-            vars(self.owner).clear()
-            vars(self.owner).update(attrs)
-        held.restore()
-
-
-class Held:
-    """What mutable values hold (a list's items, a dict's or an object's entries), copied one
-    level deep before a trace: a trace that appends to a global list or bumps a counter in a
-    config object changed them, and compiled code would not repeat that. `changed` names the
-    first such value; `restore` puts the items back (eager then applies the change once)."""
-
-    def __init__(self, named_values):
-        self.held = [(name, value, _contents(value)) for name, value in named_values]
-        self.held = [entry for entry in self.held if entry[2] is not None]
-
-    def changed(self) -> str | None:
-        for name, value, contents in self.held:
-            if not _same_contents(value, contents):
-                return f"what {name} holds"
-        return None
-
-    def restore(self) -> None:
-        for _, value, contents in self.held:
-            if isinstance(value, list):
-                value[:] = contents
-            else:
-                entries = value if isinstance(value, (dict, set)) else vars(value)
-                entries.clear()
-                entries.update(contents)
-
-
-def _contents(value):
-    """A shallow copy of what a mutable value holds (None for anything else)."""
-    if isinstance(value, (list, dict, set)):
-        return type(value)(value) if type(value) in (list, dict, set) else None
-    return dict(vars(value)) if _user_object(value) else None
-
-
-def _same_contents(value, contents) -> bool:
-    if isinstance(value, list):
-        return len(value) == len(contents) and all(a is b for a, b in zip(value, contents))
-    if isinstance(value, set):
-        return len(value) == len(contents) and all(item in contents for item in value)
-    entries = value if isinstance(value, dict) else vars(value)
-    return entries.keys() == contents.keys() and all(entries[k] is contents[k] for k in contents)

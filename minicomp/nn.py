@@ -24,6 +24,7 @@ import torch
 from torch.func import functional_call
 
 from minicomp import fingerprint, guards, reads
+from minicomp.context import Held, changed_read
 from minicomp.function import JitFunction
 
 # nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
@@ -51,7 +52,7 @@ _HOOKS = (
 
 
 class ModuleContext:
-    """The module state a compiled forward depends on (guards.FunctionContext's counterpart)."""
+    """The module state a compiled forward depends on (context.FunctionContext's counterpart)."""
 
     def __init__(self, module: torch.nn.Module):
         self.module = module
@@ -69,7 +70,7 @@ class ModuleContext:
         count = len(old) - len(self.reads.places) - len(self.reads.cells)
         if old[:count] != new[:count]:
             return "module state (a training flag, an attribute or a hook) changed"
-        return guards.changed_read(self.reads, old[count:], new[count:])
+        return changed_read(self.reads, old[count:], new[count:])
 
     def fingerprint(self) -> str | None:
         return fingerprint.of_module(self.module)
@@ -82,7 +83,7 @@ class ModuleContext:
             for name, value in attrs.items()
             if name not in _INTERNAL
         ]
-        held = guards.Held(attributes + list(zip(self.reads.names(), self.reads.values())))
+        held = Held(attributes + list(zip(self.reads.names(), self.reads.values())))
         return modules, self.state(), held
 
     def changed(self, before) -> str | None:

@@ -23,6 +23,7 @@ LAYERS = [
         "indexing",
         "ir",
         "guards",
+        "context",
         "interpreter_math",
         "compile_pool",
         "launch_configs",
