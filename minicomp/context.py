@@ -76,6 +76,10 @@ class FunctionContext:
     def describe(self, old: tuple, new: tuple) -> str:
         return changed_read(self.reads, old, new)
 
+    def split(self, state: tuple) -> tuple[None, tuple]:
+        """(what of `state` a key on disk holds, what the fingerprint covers): all read values."""
+        return None, state
+
     def snapshot(self):
         values = {name: self.globals[name] for name in self.names if name in self.globals}
         attrs = dict(vars(self.owner)) if self.owner is not None and hasattr(self.owner, "__dict__") else None

@@ -145,8 +145,8 @@ class JitFunction:
         )
         self.context = context or FunctionContext(fn)
         # a plain function that reads no Python state (globals, cells) keys its calls by the arguments alone
-        self._reads_state = isinstance(self.context, FunctionContext)
-        empty = self._reads_state and not (self.context.reads.places or self.context.reads.cells)
+        reads = self.context.reads
+        empty = isinstance(self.context, FunctionContext) and not (reads.places or reads.cells)
         self._context_state = None if empty else self.context.state
         self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
@@ -154,7 +154,7 @@ class JitFunction:
         # traces that changed Python state (context.py `watch`): once may be a lazy initialization (a
         # cache made on the first call); twice, and every later call runs eagerly without tracing
         self._side_effects = 0
-        self._fingerprinted_state = None  # the values read (a plain function's) the fingerprint was taken under
+        self._fingerprinted_state = None  # the values read that the fingerprint was taken under
         self._families: Families | None = None  # made on the first compile (codegen/families.py)
         self._lock = threading.RLock()
 
@@ -298,18 +298,18 @@ class JitFunction:
 
     def _persistent_key(self, key) -> str | None:
         """The key of this signature on disk: the fingerprint of the function and what it reads,
-        with the arguments' key. A plain function's values read (key[3]) are in the fingerprint,
-        which is taken again when they changed; a module's state stays in the key."""
-        state = None
-        if self._reads_state:
-            key, state = key[:3], key[3]
+        with the arguments' key. The values the code reads (globals, cells: `split` by the
+        context) are in the fingerprint, which is taken again when they changed; a module's
+        attributes and flags stay in the key."""
+        in_key, read = (None, None) if key[3] is None else self.context.split(key[3])
+        key = (*key[:3], in_key)
         if guards.contains(key, guards.ByIdentity):
             logs.cache.info(
                 "%s: a signature keyed by an object's identity is not cached across processes", self.__name__
             )
             return None
-        if self._fingerprint is False or state != self._fingerprinted_state:
-            self._fingerprinted_state = state
+        if self._fingerprint is False or read != self._fingerprinted_state:
+            self._fingerprinted_state = read
             of = getattr(self.context, "fingerprint", None)
             self._fingerprint = of() if of is not None else fingerprint.of(self.fn)
             if self._fingerprint is None:

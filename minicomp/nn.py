@@ -67,10 +67,16 @@ class ModuleContext:
         return modules + tuple(map(guards.state_key, self.reads.values()))
 
     def describe(self, old: tuple, new: tuple) -> str:
-        count = len(old) - len(self.reads.places) - len(self.reads.cells)
-        if old[:count] != new[:count]:
+        (old_modules, old_read), (new_modules, new_read) = self.split(old), self.split(new)
+        if old_modules != new_modules:
             return "module state (a training flag, an attribute or a hook) changed"
-        return changed_read(self.reads, old[count:], new[count:])
+        return changed_read(self.reads, old_read, new_read)
+
+    def split(self, state: tuple) -> tuple[tuple, tuple]:
+        """(the submodules' keys, the values their methods read): a key on disk holds the first,
+        the fingerprint (of_module: every class's methods and what they read) covers the second."""
+        count = len(state) - len(self.reads.places) - len(self.reads.cells)
+        return state[:count], state[count:]
 
     def fingerprint(self) -> str | None:
         return fingerprint.of_module(self.module)

@@ -87,6 +87,32 @@ def test_edited_module_attribute_is_not_served_from_the_cache(tmp_path, edit, ex
     assert got == pytest.approx(expected, rel=1e-6)
 
 
+HELPER_SCRIPT = """
+    import torch, minicomp, minicomp.capture
+    traces = []
+    real = minicomp.capture.trace
+    minicomp.capture.trace = lambda *a, **k: traces.append(1) or real(*a, **k)
+    SCALE = 3.0
+    def helper(x):
+        return torch.relu(x) * SCALE
+    class Act(torch.nn.Module):
+        def forward(self, x):
+            return helper(x) + 1
+    x = torch.tensor([-1.0, 2.0])
+    with torch.no_grad():
+        print(minicomp.jit(Act())(x).tolist(), minicomp.jit(lambda t: helper(t) - 1)(x).tolist(), len(traces))
+"""
+
+
+def test_functions_and_modules_calling_a_helper_are_served_to_a_second_process(tmp_path):
+    """The values a function or a module's forward reads (a helper function, a float) are keyed
+    per call in the process, and stay out of the key on disk (the fingerprint covers them): a
+    function's repr holds its address, which would make every process miss."""
+    first = run(HELPER_SCRIPT, tmp_path / "mc", cwd=tmp_path).stdout.split("\n")[0]
+    second = run(HELPER_SCRIPT, tmp_path / "mc", cwd=tmp_path).stdout.split("\n")[0]
+    assert first == "[1.0, 7.0] [-1.0, 5.0] 2" and second == "[1.0, 7.0] [-1.0, 5.0] 0"
+
+
 # -- damage is repaired, never a permanent fallback -----------------------------------
 
 PROBE = """
