@@ -138,10 +138,11 @@ class Held:
 
 
 def _contents(value):
-    """A shallow copy of what a mutable value holds (None for anything else)."""
-    if isinstance(value, (list, dict, set)):
-        return type(value)(value) if type(value) in (list, dict, set) else None
-    return dict(vars(value)) if guards.user_object(value) else None
+    """A shallow copy of what a plain list, dict, set or user object holds (None for anything else,
+    a subclass of list, dict or set included: it may keep its items its own way)."""
+    if type(value) in (list, dict, set):
+        return type(value)(value)
+    return dict(vars(value)) if guards.user_object(value) and not isinstance(value, (list, dict, set)) else None
 
 
 def _same_contents(value, contents) -> bool:

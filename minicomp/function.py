@@ -248,7 +248,7 @@ class JitFunction:
         unusual = guards.unusual(key[1])
         if unusual is not None:
             raise guards.Unguarded(unusual.why)
-        if key[2][5] is not None and key[2][5][3] is not None:
+        if guards.in_functorch_transform(key[2]):
             raise guards.Unguarded(
                 "it is called inside a functorch transform (vmap, grad, jacrev), whose wrapped tensors "
                 "compiled kernels cannot read"

@@ -199,7 +199,7 @@ def state_key(value, depth: int = 0):
     kind = type(value)
     if kind in PLAIN:  # the common cases first: a call reads these every time
         return (kind, value) if kind is not float else (kind, value.hex())
-    if kind in SAME_OBJECT or value is reads.MISSING or isinstance(value, SAME_OBJECT):
+    if value is reads.MISSING or isinstance(value, SAME_OBJECT):
         return value  # hashed and compared by identity
     if isinstance(value, torch.nn.Module):
         return (type(value), ByIdentity(value), tuple(m.training for m in value.modules()))
@@ -244,6 +244,12 @@ def _global_state_in_full() -> tuple:
     if _function_modes() or _dispatch_modes() or _functorch_level() is not None:
         modes = (str(torch.get_default_device()), _function_modes(), _dispatch_modes(), _functorch_level())
     return (_grad(), _inference(), _default_dtype(), _deterministic(), autocast, modes)
+
+
+def in_functorch_transform(state: tuple) -> bool:
+    """Whether a `global_state` was read inside vmap, grad, jacrev, ... (its modes' last part)."""
+    modes = state[5]
+    return modes is not None and modes[3] is not None
 
 
 def describe_state(state: tuple) -> str:
