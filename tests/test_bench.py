@@ -50,6 +50,21 @@ def test_ratios_geomean_and_outputs(tmp_path):
     assert (tmp_path / "results.csv").exists() and (tmp_path / "w_float32.png").exists()
 
 
+def test_a_missed_target_names_what_a_copy_of_the_same_bytes_takes():
+    """A row over the floor target is reported with the copy of as many bytes at its size: whether a
+    kernel could reach the target at all there."""
+    common = dict(workload="w", dtype="bfloat16", size=8192, check="ok", floor_ms=1.0, bytes=8, copy_ms=1.09)
+    rows = [
+        dict(common, impl="inductor", ms=1.2, gbps=1.0, x_floor=1.2, x_copy=1.2 / 1.09),
+        dict(common, impl="minicomp", ms=1.1, gbps=1.0, x_floor=1.1, x_copy=1.1 / 1.09),
+    ]
+    report.add_ratios(rows)
+    table = report.markdown(rows, {"device": "test", "torch": torch.__version__, "command": "minicomp bench"})
+    assert "| x floor | x copy | x Inductor |" in table
+    assert "| 1.100 | 1.009 | 0.917 |" in table
+    assert "missed by w/bfloat16 (1.100; a copy of as many bytes: 1.090)" in table
+
+
 def test_cpu_run_checks_and_skips_timings(tmp_path, capsys):
     if torch.cuda.is_available():
         return  # on a GPU this would be a full benchmark run

@@ -8,7 +8,8 @@ small kernel that adds the partial rows. This launches the first kernel bare, as
 and with edits of its text:
 - `plain range` / `num_stages=N`: the loop over a group's rows as Python's `range` (Triton's
   default pipelining) or `tl.range(..., num_stages=N)` instead of the text's;
-- `R rows`: a group of R rows instead of the text's (more or fewer programs, partial rows).
+- `R rows`: a group of R rows instead of the text's (more or fewer programs, partial rows);
+- `evict_first tiles`: the loads of x and dy tiles with `eviction_policy='evict_first'`.
 Each is timed two ways, the variants in turn, ROUNDS times, the least kept: `ms` as the bench times
 (do_bench: an L2 flush before each run), `events_ms` as the launch tuner times (back to back behind
 a GPU sleep); against the floor of what this kernel must move (read x, dy, w and what the forward
@@ -58,7 +59,18 @@ def stages(n: int | None):
     return apply
 
 
-# (variant, edit, rows a group (None: as written), XBLOCK, warps)
+TILE_LOAD = re.compile(r"(tl\.load\(\w+_ptr \+ \(\d+\*x0 \+ r0\), mask=xmask & rmask, other=0)\)")
+
+
+def evict_first(text: str) -> str:
+    """The loads of a row tile (x, dy: read once here) hinted `evict_first`: the L2 keeps what else it holds."""
+    edited, count = TILE_LOAD.subn(r"\1, eviction_policy='evict_first')", text)
+    if not count:
+        raise ValueError("no row tile's load found in the kernel's text")
+    return edited
+
+
+# (variant, edit, rows a group (None: as written), XBLOCK, warps[, other launch options])
 VARIANTS = [
     ("as written", None, None, 2, 4),
     ("as written", None, None, 1, 8),
@@ -71,8 +83,25 @@ VARIANTS = [
     ("64 rows", None, 64, 2, 4),
     ("32 rows", None, 32, 2, 4),
     ("64 rows, plain range", stages(None), 64, 2, 4),
+    ("evict_first tiles", evict_first, None, 2, 4),
+    ("evict_first tiles", evict_first, None, 1, 8),
+    ("evict_first tiles", evict_first, None, 4, 8),
+    # more rows in flight a program, or more programs a SM (fewer registers each)
+    ("num_stages=2", stages(2), None, 1, 4),
+    ("num_stages=3", stages(3), None, 1, 4),
+    ("num_stages=4", stages(4), None, 1, 4),
+    ("num_stages=3", stages(3), None, 1, 2),
+    ("num_stages=2", stages(2), None, 2, 8),
+    ("num_stages=3", stages(3), None, 4, 8),
+    ("num_stages=2, maxnreg=128", stages(2), None, 2, 4, {"maxnreg": 128}),
+    ("num_stages=2, maxnreg=96", stages(2), None, 1, 4, {"maxnreg": 96}),
+    ("num_stages=3, maxnreg=128", stages(3), None, 1, 4, {"maxnreg": 128}),
 ]
-TINY_VARIANTS = [("as written", None, None, 1, 1), ("4 rows, plain range", stages(None), 4, 1, 1)]
+TINY_VARIANTS = [
+    ("as written", None, None, 1, 1),
+    ("4 rows, plain range", stages(None), 4, 1, 1),
+    ("evict_first tiles", evict_first, None, 1, 1),
+]
 ROUNDS = 2  # the variants timed in turn, this many times; the least time kept
 
 
@@ -131,7 +160,8 @@ def main(argv=None):
         base = backward.bare_arguments(call, graph_inputs)
         print(wname, "arguments", call.buffers, "group", written, flush=True)
         reference, cases = None, []
-        for name, edit, group, xblock, warps in TINY_VARIANTS if run.tiny else VARIANTS:
+        for name, edit, group, xblock, warps, *options in TINY_VARIANTS if run.tiny else VARIANTS:
+            options = options[0] if options else {}
             group = group or written
             programs = -(-size // group)
             args = list(base)
@@ -142,7 +172,9 @@ def main(argv=None):
             if edit is not None or group != written:
                 edited = edits(edit or (lambda s: s), group_rows(group))(text)
                 kernel = harness.kernel_from_text(edited + "\n\n\n" + helpers(backward.source), name)
-            go = lambda *a, k=kernel, grid=(programs,), xb=xblock, w=warps: k[grid](*a, XBLOCK=xb, num_warps=w)  # noqa: E731
+            go = lambda *a, k=kernel, grid=(programs,), xb=xblock, w=warps, o=options: k[grid](  # noqa: E731
+                *a, XBLOCK=xb, num_warps=w, **o
+            )
             go(*args)
             results = _results(call.buffers, args)
             reference = reference or results
@@ -154,6 +186,7 @@ def main(argv=None):
                 programs=programs,
                 xblock=xblock,
                 warps=warps,
+                options=options,
                 error_vs_written=error,
                 floor_ms=measure.tensor_bytes(args) / bandwidth * 1e3,
             )

@@ -116,13 +116,15 @@ def main(argv=None) -> int:
         verdict = check(impls, sets[0], work.backward, dtype)
         outputs = measure.flat_tensors(work.fn(*sets[0]))
         moved = measure.floor_bytes(sets[0], outputs, work.backward)
+        copy_ms = measure.copy_ms(moved, device) if cuda else None  # what moving these bytes takes at this size
         for name, fn in impls.items():
             row = dict(workload=wname, dtype=dname, size=size, impl=name, check=verdict[name], bytes=moved)
             if cuda and verdict[name] == "ok":
                 ms = measure.time_ms(fn, sets, work.backward)
                 row["peak_mib"] = measure.peak_bytes(fn, sets[0], work.backward) / 2**20
-                row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, floor_ms=moved / bandwidth * 1e3)
+                row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, floor_ms=moved / bandwidth * 1e3, copy_ms=copy_ms)
                 row["x_floor"] = ms / row["floor_ms"]
+                row["x_copy"] = ms / copy_ms
             rows.append(row)
     report.add_ratios(rows)
     extra = {
