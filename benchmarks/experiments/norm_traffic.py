@@ -63,7 +63,8 @@ def _triton(kernel, block: int, warps: int):
 
 
 def streams(run, rows: int, width: int, dtype) -> tuple[list, list]:
-    """(cases, floor inputs): the streaming kernels of both kinds over rotating sets of x, dy and outputs."""
+    """(cases, input sets): the streaming kernels of both kinds (kind, how, run, tensors read), and
+    rotating sets of [x, dy, out]."""
     count = 1 if run.tiny else 4  # 4 sets of 3 tensors of 256-512 MiB: far past the L2 either way
     sets = [[torch.randn(rows, width, dtype=dtype, device=run.device) for _ in range(3)] for _ in range(count)]
     configs = TINY_CONFIGS if run.tiny else CONFIGS
@@ -106,9 +107,7 @@ def main(argv=None):
             how=f"{best['read 1, write 1'][0]['how']}, then {best['read 2, write 1'][0]['how']}",
             floor_ms=floor_ms,
         )
-        harness.time_in_turn(
-            run, [(both, lambda x, d, y: (forward(x, y), backward(x, d, y)), [s for s in sets])], ROUNDS
-        )
+        harness.time_in_turn(run, [(both, lambda x, d, y: (forward(x, y), backward(x, d, y)), sets)], ROUNDS)
         results.append(both)
         if run.tiny:
             continue  # the workloads at their sizes: the GPU run only
