@@ -1,6 +1,6 @@
 """Capture: a Python function -> an ATen-level torch.fx GraphModule.
 
-The only module that touches make_fx. Tracing runs on fake tensors (no real
+The only module that touches make_fx (after meta_trace.py, tried first). Tracing runs on fake tensors (no real
 compute), through functionalization (in-place ops become pure ops plus
 `copy_` into the mutated input at the end) and PyTorch's core ATen
 decompositions (silu -> x * sigmoid(x), stack -> unsqueeze + cat, ...).
@@ -19,7 +19,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from minicomp import guards
+from minicomp import guards, logs, meta_trace
 
 # Ops that ATen's core set keeps whole but minicomp fuses from their parts (reductions and
 # pointwise ops): softmax and log_softmax (amax, exp, sum), layer_norm and group_norm (mean and
@@ -220,7 +220,9 @@ def _is_real(value: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
     from torch._subclasses.functional_tensor import FunctionalTensor
 
-    return not isinstance(value, (FakeTensor, FunctionalTensor)) and not torch._is_functional_tensor(value)
+    return not isinstance(
+        value, (FakeTensor, FunctionalTensor, meta_trace.Standin)
+    ) and not torch._is_functional_tensor(value)
 
 
 class Traced:
@@ -249,20 +251,78 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
     """Trace fn(*tree_unflatten(leaves, in_spec)) with the tensor leaves as inputs.
 
     Only the tensors the function computes become graph outputs; what an output
-    is besides (an argument, a view of one, a constant) is recorded in Outputs."""
+    is besides (an argument, a view of one, a constant) is recorded in Outputs.
+    meta_trace.py's tracer is tried first (a process's first trace then loads no
+    torch._dynamo); what it cannot take is traced by make_fx."""
     tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+    names = [leaf_names[i] for i in tensor_slots]
+    if meta_trace.can_try():
+        try:
+            gm, outputs, closed_over = _trace_on_standins(fn, leaves, in_spec, tensor_slots)
+        except (guards.SideEffect, guards.GradHook):  # refused whichever tracer runs
+            raise
+        except Exception as why:  # noqa: BLE001 - Untraceable, or an error make_fx reports its own way
+            logs.graph.info("traced with make_fx: %s", why)
+        else:
+            return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
+    gm, outputs, closed_over = _trace_with_make_fx(fn, leaves, in_spec, tensor_slots)
+    return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
+
+
+def _call_flat(fn, leaves, in_spec, tensor_slots, tensors, seen):
+    """fn on the leaves with the tensors at their slots: (output leaves, output structure)."""
+    values = list(leaves)
+    for slot, t in zip(tensor_slots, tensors):
+        values[slot] = t
+    args, kwargs = pytree.tree_unflatten(values, in_spec)
+    with seen:
+        result = fn(*args, **kwargs)
+    return flatten_outputs(result)
+
+
+def _trace_on_standins(fn, leaves, in_spec, tensor_slots):
+    outputs = None
+    seen = ClosedOver()
+
+    def flat_fn(*standins):
+        nonlocal outputs
+        out_leaves, spec = _call_flat(fn, leaves, in_spec, tensor_slots, standins, seen)
+        kinds, computed = [], []
+        for i, out in enumerate(out_leaves):
+            kinds.append(_standin_output_kind(out, i, out_leaves, standins, computed))
+        outputs = Outputs(spec, kinds)
+        return computed
+
+    gm = meta_trace.trace(flat_fn, [leaves[i] for i in tensor_slots], tensor_slots, decompositions())
+    return gm, outputs, list(seen.tensors.values())
+
+
+def _standin_output_kind(out, i, out_leaves, standins, computed) -> tuple:
+    """_output_kind for a trace on stand-ins: their `root` says which argument a view is of."""
+    if not isinstance(out, torch.Tensor):
+        return ("const", out)
+    for j in range(i):
+        if out_leaves[j] is out:
+            return ("same", j)
+    if not isinstance(out, meta_trace.Standin) or out.root == meta_trace.CONSTANT:
+        raise meta_trace.Untraceable("it returns a tensor it closes over, or a view of one")
+    for standin in standins:
+        if out is standin:
+            return ("input", out.root)
+    if out.root is not None:
+        base = standins[[s.root for s in standins].index(out.root)]
+        return ("view", out.root, tuple(out.shape), tuple(out.stride()), out.storage_offset() - base.storage_offset())
+    computed.append(out)
+    return ("tensor", len(computed) - 1)
+
+
+def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
     outputs = None
     seen = ClosedOver()
 
     def flat_fn(*tensors):
         nonlocal outputs
-        values = list(leaves)
-        for slot, t in zip(tensor_slots, tensors):
-            values[slot] = t
-        args, kwargs = pytree.tree_unflatten(values, in_spec)
-        with seen:
-            result = fn(*args, **kwargs)
-        out_leaves, spec = flatten_outputs(result)
+        out_leaves, spec = _call_flat(fn, leaves, in_spec, tensor_slots, tensors, seen)
         kinds, computed = [], []
         storages = [StorageWeakRef(t.untyped_storage()) for t in tensors]
         for i, out in enumerate(out_leaves):
@@ -281,10 +341,7 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
             tracing_mode="fake",
             _allow_non_fake_inputs=True,
         )(*[t.detach() for t in tensors])
-    closed_over = list(seen.tensors.values())
-    return Traced(
-        _functional_temporaries(gm), [leaf_names[i] for i in tensor_slots], tensor_slots, outputs, closed_over
-    )
+    return gm, outputs, list(seen.tensors.values())
 
 
 def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

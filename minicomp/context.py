@@ -33,11 +33,17 @@ def changed_read(read: reads.Reads, old: tuple, new: tuple) -> str:
 
 def watch(fn, context):
     """`fn`, checked: if a call changes what `context` watches, the change is undone and
-    SideEffect raised (a compiled entry would not repeat it on later calls)."""
+    SideEffect raised (a compiled entry would not repeat it on later calls). A call that raises
+    part way is undone too: what runs next (eager, or make_fx after meta_trace) makes it once."""
 
     def watched(*args, **kwargs):
         before = context.snapshot()
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:  # a trace that failed part way: undone too (eager, or make_fx, runs it next)
+            if context.changed(before):
+                context.restore(before)
+            raise
         changed = context.changed(before)
         if changed:
             context.restore(before)

@@ -42,6 +42,7 @@ LAYERS = [
         "split_reductions",
         "fingerprint",
         "capture",
+        "meta_trace",
         "specialize",
         "storages",
         "schedule",
