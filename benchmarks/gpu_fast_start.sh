@@ -6,6 +6,7 @@
 #   tests    CUDA tests of the tracer, trust, fast calls, views, reductions, compile-ahead
 #   compile  `minicomp bench`'s compile rows (cold / warm / new sizes / block), this tree
 #   prev     the same rows from prev_tree
+#   profile  minicomp's cold bias + ReLU probe under cProfile (one untimed run fills the bytecode cache)
 # `python -P`: PYTHONPATH decides which tree runs (see gpu_block_host.sh).
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/minicomp-fast-start}
@@ -25,5 +26,15 @@ for part in "$@"; do
             2>&1 | tail -3 | tee "$OUT/gpu_tests.txt" ;;
     compile) bench new . ;;
     prev) bench prev prev_tree:. ;;
+    profile) PYC=$(mktemp -d)
+        for i in 0 1 2; do
+            C=$(mktemp -d)
+            [ $i -gt 0 ] && export MINICOMP_PROBE_PROFILE=$OUT/cold_$i.prof
+            env -u PYTHONDONTWRITEBYTECODE MINICOMP_CACHE_DIR=$C/mc TRITON_CACHE_DIR=$C/triton PYTHONPYCACHEPREFIX=$PYC \
+                python minicomp/bench/compile_probe.py minicomp cuda | tail -1
+        done
+        unset MINICOMP_PROBE_PROFILE
+        python -c "import pstats; pstats.Stats('$OUT/cold_2.prof').sort_stats('cumulative').print_stats(60)" \
+            | cut -c1-160 | tee "$OUT/cold_profile.txt" | head -90 ;;
     esac
 done
