@@ -1,4 +1,6 @@
 """The IR: a networkx DiGraph of typed nodes, built from an ATen-level FX graph.
+(The DiGraph is made on first use: the plan and codegen ask only for each node's users,
+kept as lists, so a process's first compile does not import networkx: ~0.2 s.)
 
 Each node is one ATen op (or a graph input) with the metadata of its result:
 shape, stride, dtype, device. Edges run from producer to consumer. Later stages
@@ -17,7 +19,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 import torch
 import torch.fx
 
@@ -149,11 +150,24 @@ class Graph:
         self.order = [n.name for n in nodes]
         self.outputs = outputs
         self.mutations = mutations
-        self.dag = nx.DiGraph()
+        self._users: dict[str, dict[str, None]] = {n.name: {} for n in nodes}  # ordered sets
         for n in nodes:
-            self.dag.add_node(n.name)
             for src in n.inputs():
-                self.dag.add_edge(src, n.name)
+                self._users.setdefault(src, {})[n.name] = None
+        self._dag = None
+
+    @property
+    def dag(self):
+        """The edges as a networkx DiGraph, producer -> consumer (made on first use)."""
+        if self._dag is None:
+            import networkx as nx
+
+            dag = nx.DiGraph()
+            for name, users in self._users.items():
+                dag.add_node(name)
+                dag.add_edges_from((name, user) for user in users)
+            self._dag = dag
+        return self._dag
 
     def grouped_source(self, name: str) -> str:
         """The value whose row groups partial `name` (in `grouped`) sums: its chunks view's input."""
@@ -169,7 +183,7 @@ class Graph:
         return self.nodes[name]
 
     def users(self, name: str) -> list[str]:
-        return list(self.dag.successors(name))
+        return list(self._users[name])
 
     def describe(self, kinds: dict[str, str] | None = None) -> str:
         """The graph, a node a line; with `kinds` (a plan's), each op says how it lowers."""

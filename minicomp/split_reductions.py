@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
 import torch
 
 from minicomp import config, ops
@@ -149,6 +148,8 @@ def _group_cut(node: Node, graph: Graph, hosts_by) -> tuple[int, tuple[int, int,
     hosts = rows.get(space, [])
     if can_host(space, src.stride):  # a value of the same shape the call returns can host it too
         hosts = hosts + returned.get((src.shape, src.device), [])
+    import networkx as nx  # only here (and in explain): a compile with no such reduction never loads it
+
     after = nx.descendants(graph.dag, node.name)
     if all(b in after for b in hosts):  # no row kernel to ride in: each needs this result first
         return None
