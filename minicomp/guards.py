@@ -128,8 +128,8 @@ def _unusual_tensor(value: torch.Tensor) -> Unusual:
     from torch._subclasses.fake_tensor import FakeTensor
     from torch._subclasses.functional_tensor import FunctionalTensor
 
-    if isinstance(value, (FakeTensor, FunctionalTensor)):
-        return INSIDE_A_TRACE
+    if isinstance(value, (FakeTensor, FunctionalTensor)) or getattr(type(value), "stands_in_a_trace", False):
+        return INSIDE_A_TRACE  # (meta_trace.Standin says so by that class attribute)
     if value.is_nested or value.layout != torch.strided:
         return Unusual(f"an argument is a {'nested' if value.is_nested else str(value.layout)} tensor")
     if value.is_neg() or value.is_conj():

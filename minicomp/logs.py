@@ -4,7 +4,7 @@
     MINICOMP_LOGS=all python train.py              # every channel
 
 Channels (each a `logging` logger named minicomp.<channel>):
-    graph        the captured ATen graph of each compiled signature, as IR
+    graph        the captured ATen graph of each compiled signature, as IR; why make_fx traced it
     fusion       the fusion plan: kernels, extern calls, refused edges; launch tuning
     output_code  the generated module's source
     recompiles   a function compiled again, and why (which part of the signature changed)

@@ -46,6 +46,7 @@ class Standin(torch.Tensor):
     meta: torch.Tensor
     node: torch.fx.Node
     root: int | None
+    stands_in_a_trace = True  # guards.py: a jitted function called with one runs as its code
 
     @staticmethod
     def __new__(cls, meta: torch.Tensor, device: torch.device, node: torch.fx.Node, root, is_view: bool):
@@ -171,7 +172,7 @@ class Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if any(tag in func.tags for tag in _READS_VALUES):
+        if any(tag in func.tags for tag in _READS_VALUES) and not _indexes_by_integers(func, args):
             raise Untraceable(f"{func} reads tensor values or draws random numbers")
         if func in self.decompositions:
             with self:
@@ -265,6 +266,18 @@ class Recorder(TorchDispatchMode):
         if base is None:
             raise Untraceable(f"{node.target} returns a view of a value it did not get as its first argument")
         return Standin(meta, device, node, base.root, is_view=True)
+
+
+def _indexes_by_integers(func, args) -> bool:
+    """`x[idx]` with integer index tensors: its result's shape is the indices' (a boolean mask's
+    would be its count of True, read from values)."""
+    if func is not aten.index.Tensor or len(args) < 2:
+        return False
+    return all(
+        i is None
+        or (isinstance(i, torch.Tensor) and not i.dtype.is_floating_point and i.dtype not in (torch.bool, torch.uint8))
+        for i in args[1]
+    )
 
 
 def _written_argument(func, args, kwargs):

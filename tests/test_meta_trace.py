@@ -228,3 +228,38 @@ def test_a_cold_process_compiles_without_loading_dynamo(tmp_path, device):
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "none", run.stdout
+
+
+def test_integer_indexing_stays_on_standins_and_a_mask_does_not(caplog):
+    x, rows = torch.randn(6, 4), torch.tensor([4, 0, 4])
+    result, refused = _compiles_on_standins(lambda x, i: x[i] * 2, x, rows, caplog=caplog)
+    assert refused == []
+    torch.testing.assert_close(result, x[rows] * 2)
+    result, refused = _compiles_on_standins_default(lambda x: x[x > 0] * 2, x, caplog=caplog)
+    assert refused and "reads tensor values" in refused[0]
+    torch.testing.assert_close(result, x[x > 0] * 2)
+
+
+def detach_then_write(x):
+    y = x * 2
+    kept = y.detach()  # decomposes to an alias: the write below must reach it
+    y.add_(1)
+    return kept, y
+
+
+def test_a_write_into_a_value_with_an_alias_goes_to_make_fx(caplog):
+    x = torch.randn(3, 4)
+    (kept, y), refused = _compiles_on_standins(detach_then_write, x, caplog=caplog)
+    assert refused and "already read" in refused[0]
+    torch.testing.assert_close(kept, x * 2 + 1)
+    torch.testing.assert_close(y, x * 2 + 1)
+
+
+INNER = minicomp.jit(lambda x: x * 3)
+
+
+def test_a_jitted_function_called_inside_the_trace_is_its_code(caplog, recwarn):
+    x = torch.randn(3, 4)
+    result, refused = _compiles_on_standins(lambda x: INNER(x) + 1, x, caplog=caplog)
+    assert refused == [] and len(recwarn) == 0
+    torch.testing.assert_close(result, x * 3 + 1)
