@@ -269,32 +269,38 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
     return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
 
 
-def _call_flat(fn, leaves, in_spec, tensor_slots, tensors, seen):
-    """fn on the leaves with the tensors at their slots: (output leaves, output structure)."""
-    values = list(leaves)
-    for slot, t in zip(tensor_slots, tensors):
-        values[slot] = t
-    args, kwargs = pytree.tree_unflatten(values, in_spec)
-    with seen:
-        result = fn(*args, **kwargs)
-    return flatten_outputs(result)
+def _flat(fn, leaves, in_spec, tensor_slots, kinds_of):
+    """(flat_fn, result, seen): flat_fn(*tensors) calls fn with the tensors at their slots and
+    returns the tensors it computed; `kinds_of(out_leaves, tensors)` gives each output leaf's
+    kind and those tensors. result["outputs"] then says how a call's result is put together,
+    `seen` (ClosedOver) which real tensors it closed over."""
+    seen, result = ClosedOver(), {}
+
+    def flat_fn(*tensors):
+        values = list(leaves)
+        for slot, t in zip(tensor_slots, tensors):
+            values[slot] = t
+        args, kwargs = pytree.tree_unflatten(values, in_spec)
+        with seen:
+            returned = fn(*args, **kwargs)
+        out_leaves, spec = flatten_outputs(returned)
+        kinds, computed = kinds_of(out_leaves, tensors)
+        result["outputs"] = Outputs(spec, kinds)
+        return computed
+
+    return flat_fn, result, seen
 
 
 def _trace_on_standins(fn, leaves, in_spec, tensor_slots):
-    outputs = None
-    seen = ClosedOver()
+    def kinds_of(out_leaves, standins):
+        computed = []
+        return [
+            _standin_output_kind(out, i, out_leaves, standins, computed) for i, out in enumerate(out_leaves)
+        ], computed
 
-    def flat_fn(*standins):
-        nonlocal outputs
-        out_leaves, spec = _call_flat(fn, leaves, in_spec, tensor_slots, standins, seen)
-        kinds, computed = [], []
-        for i, out in enumerate(out_leaves):
-            kinds.append(_standin_output_kind(out, i, out_leaves, standins, computed))
-        outputs = Outputs(spec, kinds)
-        return computed
-
+    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, kinds_of)
     gm = meta_trace.trace(flat_fn, [leaves[i] for i in tensor_slots], tensor_slots, decompositions())
-    return gm, outputs, list(seen.tensors.values())
+    return gm, result["outputs"], list(seen.tensors.values())
 
 
 def _standin_output_kind(out, i, out_leaves, standins, computed) -> tuple:
@@ -317,18 +323,16 @@ def _standin_output_kind(out, i, out_leaves, standins, computed) -> tuple:
 
 
 def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
-    outputs = None
-    seen = ClosedOver()
-
-    def flat_fn(*tensors):
-        nonlocal outputs
-        out_leaves, spec = _call_flat(fn, leaves, in_spec, tensor_slots, tensors, seen)
-        kinds, computed = [], []
+    def kinds_of(out_leaves, tensors):
+        computed = []
         storages = [StorageWeakRef(t.untyped_storage()) for t in tensors]
-        for i, out in enumerate(out_leaves):
-            kinds.append(_output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed))
-        outputs = Outputs(spec, kinds)
-        return computed
+        kinds = [
+            _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed)
+            for i, out in enumerate(out_leaves)
+        ]
+        return kinds, computed
+
+    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, kinds_of)
 
     from torch.func import functionalize  # tracing's imports load on the first compile, not at import
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -341,7 +345,7 @@ def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
             tracing_mode="fake",
             _allow_non_fake_inputs=True,
         )(*[t.detach() for t in tensors])
-    return gm, outputs, list(seen.tensors.values())
+    return gm, result["outputs"], list(seen.tensors.values())
 
 
 def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
