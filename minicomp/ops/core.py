@@ -63,9 +63,9 @@ def cast(v: Value, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return f"({v.code} != 0)"
     if dtype in dtypes.LOW_PRECISION and v.dtype != torch.float32:
-        # through float32, as eager converts: c10's Half and BFloat16 are made from a float, so a
-        # float64 rounds twice there (1 + 2**-8 + 2**-40 -> bfloat16 1.0, not 1.0078125); Triton's
-        # interpreter also turns int64 or float64 -> bfloat16 into garbage
+        # through float32, as eager converts (c10's Half and BFloat16 are made from a float: a
+        # float64 rounds twice, 1 + 2**-8 + 2**-40 -> bfloat16 1.0). Triton's interpreter turns an
+        # int64 or float64 -> bfloat16 into garbage; on the H200 the direct cast already matched
         return f"{v.code}.to(tl.float32).to({dtypes.triton_dtype(dtype)})"
     if dtype == torch.uint8 and v.dtype.is_floating_point:
         # through int64, as eager converts (c10's cast to uint8): -1.5 -> 255, where Triton saturates to 0
