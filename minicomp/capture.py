@@ -1,8 +1,9 @@
 """Capture: a Python function -> an ATen-level torch.fx GraphModule.
 
-The only module that touches make_fx (after meta_trace.py, tried first). Tracing runs on fake tensors (no real
+A trace runs first on meta stand-ins (meta_trace.py). What those refuse is traced
+here with make_fx (the only module that touches it) on fake tensors (no real
 compute), through functionalization (in-place ops become pure ops plus
-`copy_` into the mutated input at the end) and PyTorch's core ATen
+`copy_` into the mutated input at the end). Both apply PyTorch's core ATen
 decompositions (silu -> x * sigmoid(x), stack -> unsqueeze + cat, ...).
 Tensors the function closes over (a global weight) become constants of the
 trace, like Python scalars: their values are captured when the signature is

@@ -40,8 +40,10 @@ class Untraceable(Exception):
 
 class Standin(torch.Tensor):
     """A meta tensor reporting the device of the tensor it stands for, and the graph node that
-    computes it. `root` is the argument slot (or CONSTANT) it is a view of, None when the trace
-    made its memory; `read` is set once an op has read it (an in-place op then needs make_fx)."""
+    computes it. `root` is the argument slot (or CONSTANT) whose memory it shares, None when the
+    trace made its memory; `is_view` says it is a view; `aliased` that an alias of it was taken.
+    An in-place op may write only into one with none of these and no reader yet (its node has
+    no users): anything else needs make_fx's functionalization."""
 
     meta: torch.Tensor
     node: torch.fx.Node
@@ -333,7 +335,8 @@ def _decomposes_in_autograd(func, args, kwargs) -> bool:
 
 
 def can_try() -> bool:
-    """Whether this call may be traced here: no grad needed, no autocast, modes or transforms."""
+    """Whether this call may be traced here: no autocast, user modes, functorch transforms or
+    inference mode (a call that needs grad never gets here: autograd.py traces it)."""
     state = guards.global_state()
     return state[4] is None and state[5] is None and not torch.is_inference_mode_enabled()
 
