@@ -3,7 +3,7 @@
     ncu --kernel-name regex:mc_fused --launch-skip 3 --launch-count 1 --section SpeedOfLight \
         --section WarpStateStats python -m benchmarks.ncu_probe cross_entropy bfloat16 8192
 
-Arguments: workload name (minicomp.workloads), dtype, size. The first calls compile and tune;
+Arguments: workload name (minicomp.tools.workloads), dtype, size. The first calls compile and tune;
 skip past them with --launch-skip. Not an experiment (no result file of its own): ncu prints the result.
 """
 
@@ -14,7 +14,7 @@ import sys
 import torch
 
 import minicomp
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 
 def main(argv):

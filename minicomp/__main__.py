@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv[:1])
     rest = argv[1:]
     if args.command == "demo":
-        from minicomp.demo import main as demo
+        from minicomp.tools.demo import main as demo
 
         return demo(rest)
     if args.command == "bench":
@@ -33,14 +33,14 @@ def main(argv=None) -> int:
 
         return bench(rest)
     if args.command == "explain":
-        from minicomp.explain import main as explain
+        from minicomp.tools.explain import main as explain
 
         return explain(rest)
     return cache(rest)
 
 
 def cache(argv) -> int:
-    from minicomp import cache as disk
+    from minicomp.runtime import cache as disk
 
     parser = argparse.ArgumentParser(prog="minicomp cache")
     parser.add_argument("action", choices=["info", "clear"])

@@ -63,6 +63,16 @@ def cache_dir() -> Path:
     return (Path(base) / "minicomp").expanduser().absolute()
 
 
+def templates_directory() -> Path:
+    """The Jinja2 templates: inside the installed package (a wheel ships them as package data,
+    mapped from the repository's top-level `templates/`), else beside the package in a checkout."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "templates", package.parent / "templates"):
+        if (candidate / "module.py.j2").is_file():
+            return candidate
+    raise FileNotFoundError(f"minicomp's templates are neither in {package} nor beside it")
+
+
 def debug_dir() -> Path | None:
     text = _env("MINICOMP_DEBUG_DIR")
     return None if text is None else Path(text).expanduser()

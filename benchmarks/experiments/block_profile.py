@@ -21,9 +21,9 @@ import os
 import torch
 
 import minicomp
-import minicomp.dynamo
+import minicomp.dispatch.dynamo
 from benchmarks.experiments import harness
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 
 def kernel_times(fn, inputs, calls: int, device: str) -> tuple[dict[str, float], dict]:
@@ -96,7 +96,7 @@ def main(argv=None):
     torch._dynamo.reset()
     result, rows = {}, []
     for impl in ("minicomp", "inductor"):
-        backend = minicomp.dynamo.backend if impl == "minicomp" else "inductor"
+        backend = minicomp.dispatch.dynamo.backend if impl == "minicomp" else "inductor"
         fn = torch.compile(work.fn, backend=backend)
         with torch.set_grad_enabled(train):
             times, gaps = kernel_times(training_step(fn) if train else fn, inputs, 1 if run.tiny else 10, run.device)

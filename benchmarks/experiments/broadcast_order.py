@@ -34,7 +34,7 @@ from benchmarks.experiments import harness
 from benchmarks.experiments.reduction_variants import helpers
 from minicomp import config
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 # (name, fn, make(size, dtype, device), size, leading dims of the kernel's iteration space that are the planes)
 CASES = [

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from benchmarks.experiments import harness
-from minicomp.ops.pointwise import ERFC16
+from minicomp.lowering.ops.pointwise import ERFC16
 
 
 def fit(degree: int, points: int) -> list[float]:

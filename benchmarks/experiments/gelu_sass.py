@@ -20,7 +20,7 @@ import minicomp
 from benchmarks.experiments import harness
 from benchmarks.experiments.sass_count import BLOCK, WARPS, sass
 from minicomp import runtime
-from minicomp.workloads import gelu_erf, gelu_tanh
+from minicomp.tools.workloads import gelu_erf, gelu_tanh
 
 BEFORE = {  # the lowering of ops/pointwise.py before `_one_and` and `_erfc16`
     "gelu_tanh": "0.5 * y * (1.0 + libdevice.tanh(0.7978845608 * (y + 0.044715 * y * y * y)))",

@@ -29,7 +29,7 @@ import torch
 import minicomp
 from minicomp import config
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS, rope
+from minicomp.tools.workloads import WORKLOADS, rope
 
 
 @dataclass

@@ -22,7 +22,7 @@ import minicomp
 from benchmarks.experiments import harness
 from minicomp import config
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 CONFIGS = [(512, 4), (1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

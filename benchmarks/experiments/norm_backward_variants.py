@@ -29,7 +29,7 @@ import minicomp
 from benchmarks.experiments import harness
 from benchmarks.experiments.reduction_variants import edits, helpers
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 GROUP = re.compile(r"xstart = pid \* (\d+)")
 LOOP = re.compile(r"(?:tl\.)?range\((0, \d+, XBLOCK)(?:, num_stages=\d+)?\)")  # the loop over a group's rows

@@ -32,7 +32,7 @@ import triton.language as tl
 import minicomp
 from benchmarks.experiments import harness
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 
 @triton.jit

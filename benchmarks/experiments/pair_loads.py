@@ -22,7 +22,7 @@ import minicomp
 from benchmarks.experiments import harness
 from benchmarks.experiments import sass_count as sc
 from minicomp import config, runtime
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 ELEMENTS = 512  # written per program, either walk
 

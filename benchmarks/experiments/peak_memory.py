@@ -20,10 +20,10 @@ import linecache
 import torch
 
 import minicomp
-import minicomp.dynamo
+import minicomp.dispatch.dynamo
 from benchmarks.experiments import harness
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS, llama_block
+from minicomp.tools.workloads import WORKLOADS, llama_block
 
 MIB = 2**20
 FRAMES = 4  # innermost frames kept for each allocation
@@ -85,7 +85,7 @@ def main(argv=None):
     impls = [("minicomp.jit", lambda: minicomp.jit(llama_block))]
     if not run.tiny:  # (Inductor's CPU compile of the block takes minutes)
         impls += [
-            ("minicomp dynamo", lambda: torch.compile(llama_block, backend=minicomp.dynamo.backend)),
+            ("minicomp dynamo", lambda: torch.compile(llama_block, backend=minicomp.dispatch.dynamo.backend)),
             ("inductor", lambda: torch.compile(llama_block)),
         ]
     rows = []

@@ -25,7 +25,7 @@ import minicomp
 from benchmarks.experiments import harness
 from benchmarks.experiments.reduction_variants import helpers
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 CASES = [("bias_relu", 8192), ("gelu_tanh", 8192), ("rope_neox_partial", 2048), ("rope_gptj", 2048), ("rope_gqa", 2048)]
 TINY = [("bias_relu", 8)]

@@ -26,7 +26,7 @@ import minicomp
 from benchmarks.experiments import harness
 from minicomp import config
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -23,7 +23,7 @@ import minicomp
 from benchmarks.experiments import harness
 from minicomp import config
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 WORKLOADS_SWEPT = ("rms_norm", "add_rms_norm", "layer_norm", "softmax")
 DTYPES = (torch.float32, torch.bfloat16)

@@ -34,7 +34,7 @@ import minicomp
 from benchmarks.experiments import harness
 from minicomp import config
 from minicomp.bench import measure
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 # (workload, dtype, size, config, [(variant, edit of the kernel text, XBLOCK, warps)])
 CE_LOOP = re.compile(r"for roffset in range\((\d+), (\d+), RBLOCK\)")

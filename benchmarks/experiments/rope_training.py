@@ -18,7 +18,7 @@ import torch
 import minicomp
 from benchmarks.experiments import harness
 from minicomp.bench import measure
-from minicomp.workloads import rope
+from minicomp.tools.workloads import rope
 
 CONFIGS = [
     (128, 1),

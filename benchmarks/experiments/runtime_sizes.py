@@ -18,7 +18,7 @@ import torch
 import minicomp
 from benchmarks.experiments import harness
 from minicomp.bench import measure
-from minicomp.workloads import rope
+from minicomp.tools.workloads import rope
 
 B, H, S, D = 8, 32, 2048, 128
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -24,7 +24,7 @@ from triton.compiler import ASTSource
 
 from benchmarks.experiments import harness
 from minicomp import config, runtime
-from minicomp.workloads import WORKLOADS
+from minicomp.tools.workloads import WORKLOADS
 
 BLOCK, WARPS = 512, 4
 NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-import minicomp.dynamo
+import minicomp.dispatch.dynamo
 from benchmarks.experiments import harness
-from minicomp.workloads import WORKLOADS, llama_block
+from minicomp.tools.workloads import WORKLOADS, llama_block
 
 
 def saved(fn, inputs) -> list[dict]:
@@ -36,7 +36,7 @@ def main(argv=None):
     seq, dtype = (8, torch.float32) if run.tiny else (2048, torch.bfloat16)
     inputs = WORKLOADS["llama_block_fwbw"].make(seq, dtype, torch.device(run.device))
     rows = []
-    backends = [("minicomp", minicomp.dynamo.backend)] + ([] if run.tiny else [("inductor", "inductor")])
+    backends = [("minicomp", minicomp.dispatch.dynamo.backend)] + ([] if run.tiny else [("inductor", "inductor")])
     for name, backend in backends:  # (tiny: Inductor's CPU compile of the block takes minutes)
         torch._dynamo.reset()
         fn = torch.compile(llama_block, backend=backend)

@@ -34,8 +34,8 @@ import minicomp
 from benchmarks.experiments import harness
 from minicomp import config
 from minicomp.bench import measure
-from minicomp.dynamo import backend as minicomp_backend
-from minicomp.workloads import WORKLOADS
+from minicomp.dispatch.dynamo import backend as minicomp_backend
+from minicomp.tools.workloads import WORKLOADS
 
 STEPS = 50
 ROUNDS = 3  # each implementation measured this many times, in turn; the least time kept

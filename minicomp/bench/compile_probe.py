@@ -17,7 +17,7 @@ third sequence length, after calls at two others (minicomp's kernel family, or
 Inductor's automatic dynamic shapes, has seen the size change).
 With `block`: seconds for the first training step (forward + backward) of the bench's
 Llama-style decoder block (`llama_block_fwbw`: bf16, B=4, S=2048, d=2048, GQA) through
-`torch.compile`, Inductor or `backend=minicomp.dynamo.backend` (S=8, float32 on the CPU).
+`torch.compile`, Inductor or `backend=minicomp.dispatch.dynamo.backend` (S=8, float32 on the CPU).
 With MINICOMP_PROBE_PROFILE=FILE in the environment the timed region runs under cProfile and
 its stats are written to FILE (benchmarks/experiments/cold_start.py reads them).
 """
@@ -36,7 +36,7 @@ import torch
 
 def _workloads():
     """minicomp/workloads.py as a module of its own (it imports only torch): importing it as
-    minicomp.workloads would import minicomp before the clock starts."""
+    minicomp.tools.workloads would import minicomp before the clock starts."""
     spec = importlib.util.spec_from_file_location("probe_workloads", Path(__file__).parents[1] / "workloads.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
@@ -49,9 +49,9 @@ def compiled(fn, impl: str, dynamo: bool = False):
         import minicomp
 
         if dynamo:  # by function: the "minicomp" name needs the package installed (an entry point)
-            import minicomp.dynamo
+            import minicomp.dispatch.dynamo
 
-            return torch.compile(fn, backend=minicomp.dynamo.backend)
+            return torch.compile(fn, backend=minicomp.dispatch.dynamo.backend)
         return minicomp.jit(fn)
     return torch.compile(fn)
 
@@ -111,7 +111,7 @@ def _launches() -> dict:
     over every Launch alive): a Dynamo compile's Compiled objects are AOTAutograd's to keep."""
     import gc
 
-    from minicomp.launch import Launch
+    from minicomp.runtime.launch import Launch
 
     launches = [o for o in gc.get_objects() if type(o) is Launch]  # (isinstance trips on dead weak proxies)
     return {

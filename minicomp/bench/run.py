@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from minicomp.bench import measure, report
-from minicomp.workloads import WORKLOADS, bias_relu
+from minicomp.tools.workloads import WORKLOADS, bias_relu
 
 PROBE = Path(__file__).with_name("compile_probe.py")  # run as a script: nothing of minicomp loads first
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

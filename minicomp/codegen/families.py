@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from minicomp import logs
 from minicomp.codegen.kernel import KernelSource
-from minicomp.indexing import SIZE, resolve_sizes
+from minicomp.lowering.indexing import SIZE, resolve_sizes
 
 
 def size_spans(text: str) -> list[tuple[int, int]]:

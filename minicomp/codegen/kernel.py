@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minicomp import dtypes, ops
 from minicomp.codegen import split as splitting
-from minicomp.fusion import Kernel, Plan
-from minicomp.indexing import SIZE, Dyn, Expr, IterationSpace, Mod, Var, const, render_flat, size
+from minicomp.ir import dtypes
+from minicomp.lowering import ops
+from minicomp.lowering.indexing import SIZE, Dyn, Expr, IterationSpace, Mod, Var, const, render_flat, size
+from minicomp.plan.fusion import Kernel, Plan
 
 
 @dataclass

@@ -22,12 +22,12 @@ import torch
 from minicomp.codegen import pointwise, reduction
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
-from minicomp.fusion import Extern, Kernel, Plan
+from minicomp.codegen.templates import ENV
 from minicomp.ir import Ref, TensorMeta
-from minicomp.layout import extent, is_dense
-from minicomp.storages import Storages
-from minicomp.storages import uses as step_uses
-from minicomp.templates import ENV
+from minicomp.lowering.layout import extent, is_dense
+from minicomp.plan.fusion import Extern, Kernel, Plan
+from minicomp.plan.storages import Storages
+from minicomp.plan.storages import uses as step_uses
 
 # kernel kind -> its writer; each kind's template is templates/<kind>.py.j2
 WRITERS: dict[str, Callable[[Plan, Kernel], KernelSource]] = {

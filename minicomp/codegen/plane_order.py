@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 from minicomp import config
-from minicomp.indexing import Expr, FloorDiv, Mod, Var, size
+from minicomp.lowering.indexing import Expr, FloorDiv, Mod, Var, size
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import torch
 
-from minicomp import dtypes, ops
 from minicomp.codegen import plane_order
 from minicomp.codegen import split as splitting
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
-from minicomp.fusion import Kernel, Plan
-from minicomp.indexing import Expr, IterationSpace, const, size
-from minicomp.layout import extent
+from minicomp.ir import dtypes
+from minicomp.lowering import ops
+from minicomp.lowering.indexing import Expr, IterationSpace, const, size
+from minicomp.lowering.layout import extent
+from minicomp.plan.fusion import Kernel, Plan
 
 
 def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:

@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minicomp import dtypes, ops
 from minicomp.codegen.kernel import INT32_LIMIT, KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.codegen.reduction_passes import passes
-from minicomp.fusion import Kernel, Plan
-from minicomp.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
-from minicomp.ops.reductions import helper, identity, spec
+from minicomp.ir import dtypes
+from minicomp.lowering import ops
+from minicomp.lowering.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
+from minicomp.lowering.ops.reductions import helper, identity, spec
+from minicomp.plan.fusion import Kernel, Plan
 
 
 def write(plan: Plan, kernel: Kernel) -> KernelSource:

@@ -10,9 +10,9 @@ reads its logits once. A persistent kernel holds its row, so its levels only ord
 
 from __future__ import annotations
 
-from minicomp.fusion import Kernel, Plan
 from minicomp.ir import Ref
-from minicomp.ops.reductions import spec
+from minicomp.lowering.ops.reductions import spec
+from minicomp.plan.fusion import Kernel, Plan
 
 
 def passes(plan: Plan, kernel: Kernel) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 
 from minicomp import config
-from minicomp.indexing import Expr, IterationSpace, Var
+from minicomp.lowering.indexing import Expr, IterationSpace, Var
 
 MIN_RUN = 16  # elements of a part along the innermost dim: enough for full-width vector loads
 

@@ -1,0 +1,30 @@
+"""Capture: a Python function and its arguments -> an ATen-level torch.fx graph.
+
+tracing.py      trace(): stand-ins first (meta_trace.py), make_fx / AOTAutograd when they cannot follow
+meta_trace.py   a tracer of ATen ops on meta stand-ins (no torch._dynamo import on a cold start)
+specialize.py   Dynamo graphs with symbolic sizes, compiled per concrete size
+"""
+
+from minicomp.capture.tracing import (
+    FUSED_FROM_PARTS,
+    ClosedOver,
+    Outputs,
+    Traced,
+    call_eagerly,
+    decompositions,
+    flatten_outputs,
+    leaf_names,
+    trace,
+)
+
+__all__ = [
+    "FUSED_FROM_PARTS",
+    "ClosedOver",
+    "Outputs",
+    "Traced",
+    "call_eagerly",
+    "decompositions",
+    "flatten_outputs",
+    "leaf_names",
+    "trace",
+]

@@ -1,0 +1,412 @@
+"""Capture: a Python function -> an ATen-level torch.fx GraphModule.
+
+A trace runs first on meta stand-ins (meta_trace.py). What those refuse is traced
+here with make_fx (the only module that touches it) on fake tensors (no real
+compute), through functionalization (in-place ops become pure ops plus
+`copy_` into the mutated input at the end). Both apply PyTorch's core ATen
+decompositions (silu -> x * sigmoid(x), stack -> unsqueeze + cat, ...).
+Tensors the function closes over (a global weight) become constants of the
+trace, like Python scalars: their values are captured when the signature is
+first compiled.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from minicomp import guards, logs
+from minicomp.capture import meta_trace
+
+# Ops that ATen's core set keeps whole but minicomp fuses from their parts (reductions and
+# pointwise ops): softmax and log_softmax (amax, exp, sum), layer_norm and group_norm (mean and
+# a two-pass variance), var/var_mean (a mean, then a sum of squared deviations, as eager), norms.
+FUSED_FROM_PARTS = (
+    "_softmax.default",
+    "_log_softmax.default",
+    "native_layer_norm.default",
+    "native_group_norm.default",
+    "linalg_vector_norm.default",
+)
+
+
+@functools.cache
+def decompositions() -> dict:
+    from torch._decomp import decomposition_table
+
+    aten = torch.ops.aten
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    for name in FUSED_FROM_PARTS:
+        packet, overload = name.split(".")
+        op = getattr(getattr(aten, packet), overload)
+        table[op] = decomposition_table[op]
+    # The CPU flash attention's decomposition returns the attention weights where the op returns
+    # its logsumexp, which its backward reads: gradients through SDPA on the CPU came out wrong.
+    # It stays one ATen call (as SDPA on a GPU does).
+    table.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    # ATen's own var decompositions go to prims; these stay in the aten ops minicomp lowers
+    table[aten.var.correction] = _var
+    table[aten.var_mean.correction] = _var_mean
+    return table
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    """(var, mean) in two passes, as eager: the mean, then the mean square deviation from it,
+    accumulated in float32 for 16-bit inputs."""
+    dims = list(range(x.ndim)) if dim is None or len(dim) == 0 else [d % max(x.ndim, 1) for d in dim]
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    mean = wide.mean(dims, keepdim=True)
+    deviation = wide - mean
+    var = (deviation * deviation).sum(dims, keepdim=keepdim) / max(count - (1 if correction is None else correction), 0)
+    mean = mean if keepdim else mean.squeeze(dims)
+    return var.to(x.dtype), mean.to(x.dtype)
+
+
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
+
+
+class Outputs:
+    """How a call's result is put together from what the compiled graph returns.
+
+    `spec` is the output structure (a torch.Size stays one leaf); each leaf is one of
+        ("tensor", k)                       the graph's k-th output
+        ("const", value)                    a value that is not a tensor (the same for every call of
+                                            the signature: it depends on shapes, dtypes, scalars only)
+        ("input", slot)                     the argument at leaf `slot` itself (`return x.mul_(2)`)
+        ("view", slot, shape, stride, d)    a view of that argument, `d` elements past its offset
+        ("same", j)                         the very object of output leaf j (`return y, y`)
+    so a returned input is the caller's object, a returned view writes through to its base,
+    and strings, numbers, devices and sizes come back as they are: eager's aliasing and types.
+    """
+
+    def __init__(self, spec, kinds: list[tuple]):
+        self.spec, self.kinds = spec, kinds
+        self.simple = all(kind[0] == "tensor" and kind[1] == i for i, kind in enumerate(kinds))
+
+    def assemble(self, outputs, leaves):
+        """The function's result from the graph's `outputs` and the call's argument `leaves`."""
+        values = []
+        for kind in self.kinds:
+            tag = kind[0]
+            if tag == "tensor":
+                values.append(outputs[kind[1]])
+            elif tag == "const":
+                values.append(kind[1])
+            elif tag == "input":
+                values.append(leaves[kind[1]])
+            elif tag == "view":
+                base = leaves[kind[1]]
+                values.append(base.as_strided(kind[2], kind[3], base.storage_offset() + kind[4]))
+            else:
+                values.append(values[kind[1]])
+        return pytree.tree_unflatten(values, self.spec)
+
+    # -- the persistent index keeps them as JSON (persist.py) --------------------------
+    def dumps(self) -> dict | None:
+        """A JSON-able form, or None when a constant has none (such an entry is not stored)."""
+        kinds = []
+        for kind in self.kinds:
+            if kind[0] == "const":
+                encoded = _encode(kind[1])
+                if encoded is None:
+                    return None
+                kind = ("const", encoded)
+            kinds.append(list(kind))
+        try:
+            spec = pytree.treespec_dumps(self.spec)
+        except NotImplementedError:  # a structure pytree cannot write: torch.return_types (`x.max(-1)`)
+            return None
+        return dict(spec=spec, kinds=kinds)
+
+    @staticmethod
+    def loads(record: dict) -> Outputs:
+        kinds = []
+        for kind in record["kinds"]:
+            tag = kind[0]
+            if tag == "const":
+                kinds.append(("const", _decode(kind[1])))
+            elif tag == "view":
+                kinds.append(("view", int(kind[1]), tuple(kind[2]), tuple(kind[3]), int(kind[4])))
+            elif tag in ("tensor", "input", "same"):
+                kinds.append((tag, int(kind[1])))
+            else:
+                raise ValueError(f"unknown output kind {tag!r}")
+        return Outputs(pytree.treespec_loads(record["spec"]), kinds)
+
+
+def _encode(value):
+    """A constant output as JSON: [type, text]; None for values with no such form."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return [type(value).__name__, value]
+    if type(value) is float:
+        return ["float", value.hex()]
+    if isinstance(value, torch.Size):
+        return ["Size", list(value)]
+    if isinstance(value, torch.dtype):
+        return ["dtype", str(value).removeprefix("torch.")]
+    if isinstance(value, torch.device):
+        return ["device", str(value)]
+    return None
+
+
+def _decode(encoded):
+    tag, value = encoded
+    if tag in ("NoneType", "bool", "int", "str"):
+        return {"NoneType": lambda v: None, "bool": bool, "int": int, "str": str}[tag](value)
+    if tag == "float":
+        return float.fromhex(value)
+    if tag == "Size":
+        return torch.Size(int(v) for v in value)
+    if tag == "dtype":
+        dtype = getattr(torch, value)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{value!r} is not a dtype")
+        return dtype
+    if tag == "device":
+        return torch.device(value)
+    raise ValueError(f"unknown constant kind {tag!r}")
+
+
+def flatten_outputs(result) -> tuple[list, object]:
+    """Leaves and structure of a traced function's result; a torch.Size is one leaf (not a tuple of
+    ints). A number read from tensor values (a symbol of the trace) is refused."""
+    leaves, spec = pytree.tree_flatten(result, is_leaf=lambda v: isinstance(v, torch.Size))
+    guards.refuse_numbers_from_values(leaves)
+    return leaves, spec
+
+
+class ClosedOver(TorchFunctionMode):
+    """While a function is traced, the real tensors it hands to torch: what it closes over (a
+    global weight, a module it names, a RoPE table), as opposed to the traced inputs (fake or
+    functional tensors) and what it computes from them. A graph holds them as constants, so
+    one that requires grad would lose its gradient (guards.refuse_grad_constants). A call that
+    hooks into autograd (`retain_grad`, `register_hook`) is refused while tracing: a graph keeps
+    the values, not the hooks."""
+
+    def __init__(self):
+        super().__init__()
+        self.tensors: dict[int, torch.Tensor] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _GRAD_HOOKS:
+            raise guards.GradHook(
+                f"it calls Tensor.{func.__name__}, which a compiled graph cannot keep: the hook (or the "
+                "retained .grad) would never see the compiled backward"
+            )
+        kwargs = kwargs or {}
+        for value in pytree.tree_leaves((args, kwargs)):
+            if isinstance(value, torch.Tensor) and _is_real(value):
+                self.tensors.setdefault(id(value), value)
+        return func(*args, **kwargs)
+
+
+_GRAD_HOOKS = (
+    torch.Tensor.retain_grad,
+    torch.Tensor.register_hook,
+    torch.Tensor.register_post_accumulate_grad_hook,
+)
+
+
+def _is_real(value: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return not isinstance(
+        value, (FakeTensor, FunctionalTensor, meta_trace.Standin)
+    ) and not torch._is_functional_tensor(value)
+
+
+class Traced:
+    """The graph of `fn` for one input signature, and how to map values in and out.
+
+    leaves: the flattened arguments (tensors become graph inputs, everything
+    else is a constant of the trace); `outputs` rebuilds the result.
+    """
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        input_names: list[str],
+        tensor_slots: list[int],
+        outputs: Outputs,
+        closed_over: list[torch.Tensor],
+    ):
+        self.gm = gm
+        self.input_names = input_names
+        self.tensor_slots = tensor_slots
+        self.outputs = outputs
+        self.closed_over = closed_over  # real tensors the function read (ClosedOver)
+
+
+def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
+    """Trace fn(*tree_unflatten(leaves, in_spec)) with the tensor leaves as inputs.
+
+    Only the tensors the function computes become graph outputs; what an output
+    is besides (an argument, a view of one, a constant) is recorded in Outputs.
+    meta_trace.py's tracer is tried first (a process's first trace then loads no
+    torch._dynamo); what it cannot take is traced by make_fx."""
+    tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+    names = [leaf_names[i] for i in tensor_slots]
+    if meta_trace.can_try():
+        try:
+            gm, outputs, closed_over = _trace_on_standins(fn, leaves, in_spec, tensor_slots)
+        except (guards.SideEffect, guards.GradHook):  # refused whichever tracer runs
+            raise
+        except Exception as why:  # noqa: BLE001 - Untraceable, or an error make_fx reports its own way
+            logs.graph.info("traced with make_fx: %s", why)
+        else:
+            return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
+    gm, outputs, closed_over = _trace_with_make_fx(fn, leaves, in_spec, tensor_slots)
+    return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
+
+
+def _flat(fn, leaves, in_spec, tensor_slots, kinds_of):
+    """(flat_fn, result, seen): flat_fn(*tensors) calls fn with the tensors at their slots and
+    returns the tensors it computed; `kinds_of(out_leaves, tensors)` gives each output leaf's
+    kind and those tensors. result["outputs"] then says how a call's result is put together,
+    `seen` (ClosedOver) which real tensors it closed over."""
+    seen, result = ClosedOver(), {}
+
+    def flat_fn(*tensors):
+        values = list(leaves)
+        for slot, t in zip(tensor_slots, tensors):
+            values[slot] = t
+        args, kwargs = pytree.tree_unflatten(values, in_spec)
+        with seen:
+            returned = fn(*args, **kwargs)
+        out_leaves, spec = flatten_outputs(returned)
+        kinds, computed = kinds_of(out_leaves, tensors)
+        result["outputs"] = Outputs(spec, kinds)
+        return computed
+
+    return flat_fn, result, seen
+
+
+def _trace_on_standins(fn, leaves, in_spec, tensor_slots):
+    def kinds_of(out_leaves, standins):
+        computed = []
+        return [
+            _standin_output_kind(out, i, out_leaves, standins, computed) for i, out in enumerate(out_leaves)
+        ], computed
+
+    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, kinds_of)
+    gm = meta_trace.trace(flat_fn, [leaves[i] for i in tensor_slots], tensor_slots, decompositions())
+    return gm, result["outputs"], list(seen.tensors.values())
+
+
+def _standin_output_kind(out, i, out_leaves, standins, computed) -> tuple:
+    """_output_kind for a trace on stand-ins: their `root` says which argument a view is of."""
+    if not isinstance(out, torch.Tensor):
+        return ("const", out)
+    for j in range(i):
+        if out_leaves[j] is out:
+            return ("same", j)
+    if not isinstance(out, meta_trace.Standin) or out.root == meta_trace.CONSTANT:
+        raise meta_trace.Untraceable("it returns a tensor it closes over, or a view of one")
+    for standin in standins:
+        if out is standin:
+            return ("input", out.root)
+    if out.root is not None:
+        base = standins[[s.root for s in standins].index(out.root)]
+        return ("view", out.root, tuple(out.shape), tuple(out.stride()), out.storage_offset() - base.storage_offset())
+    computed.append(out)
+    return ("tensor", len(computed) - 1)
+
+
+def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
+    def kinds_of(out_leaves, tensors):
+        computed = []
+        storages = [StorageWeakRef(t.untyped_storage()) for t in tensors]
+        kinds = [
+            _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed)
+            for i, out in enumerate(out_leaves)
+        ]
+        return kinds, computed
+
+    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, kinds_of)
+
+    from torch.func import functionalize  # tracing's imports load on the first compile, not at import
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    tensors = [leaves[i] for i in tensor_slots]
+    with torch.no_grad():
+        gm = make_fx(
+            functionalize(flat_fn, remove="mutations"),
+            decomposition_table=decompositions(),
+            tracing_mode="fake",
+            _allow_non_fake_inputs=True,
+        )(*[t.detach() for t in tensors])
+    return gm, result["outputs"], list(seen.tensors.values())
+
+
+def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`t.add_(eps)` on a temporary nothing else reads becomes `add(t, eps)`: decompositions
+    (rms_norm's) write in place on values they just made, which functionalization never sees."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        packet = target._opname
+        if not packet.endswith("_") or packet.startswith("_") or not node.args:
+            continue
+        first = node.args[0]
+        if not isinstance(first, torch.fx.Node) or first.op != "call_function" or len(first.users) != 1:
+            continue
+        functional = getattr(getattr(torch.ops.aten, packet[:-1], None), target._overloadname, None)
+        if functional is not None:
+            node.target = functional
+    gm.recompile()
+    return gm
+
+
+def _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> tuple:
+    if not isinstance(out, torch.Tensor):
+        return ("const", out)
+    for j in range(i):
+        if out_leaves[j] is out:
+            return ("same", j)
+    for k, t in enumerate(tensors):
+        if out is t:
+            return ("input", tensor_slots[k])
+    storage = StorageWeakRef(out.untyped_storage())
+    for k, t in enumerate(tensors):
+        if storage == storages[k]:
+            return (
+                "view",
+                tensor_slots[k],
+                tuple(out.shape),
+                tuple(out.stride()),
+                out.storage_offset() - t.storage_offset(),
+            )
+    computed.append(out)
+    return ("tensor", len(computed) - 1)
+
+
+def call_eagerly(fn, leaves, in_spec):
+    """fn called as written with the flattened arguments (`in_spec` an int: the positional fast path)."""
+    if isinstance(in_spec, int):
+        return fn(*leaves)
+    args, kwargs = pytree.tree_unflatten(list(leaves), in_spec)
+    return fn(*args, **kwargs)
+
+
+def leaf_names(in_spec, params: list[str]) -> list[str]:
+    """Readable names for the flattened (args, kwargs): x, b, inputs_0, scale, ..."""
+    paths, _ = pytree.tree_flatten_with_path(pytree.tree_unflatten([0] * in_spec.num_leaves, in_spec))
+    names = []
+    for path, _ in paths:
+        (group, first), rest = path[:2], path[2:]
+        head = params[first.idx] if group.idx == 0 and first.idx < len(params) else str(getattr(first, "key", "arg"))
+        names.append("_".join([head] + [str(getattr(k, "key", getattr(k, "idx", k))) for k in rest]))
+    return names

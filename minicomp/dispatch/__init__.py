@@ -1,0 +1,11 @@
+"""Dispatch: what a call of a jitted function, module or Dynamo graph does.
+
+jit.py            minicomp.jit: functions and modules alike
+function.py       JitFunction: the signature key, the entry it finds or compiles, the call
+modules.py        JitModule: a module's forward with its parameters as inputs
+autograd.py       training: AOTAutograd's forward and backward graphs, both compiled
+training_call.py  the lean autograd.Function a training call runs through
+dynamo.py         torch.compile(backend="minicomp")
+persist.py        entries on disk, so a second process skips compiling
+fallback.py       CompileError and the fallback policy (warn, silent, raise)
+"""

@@ -1,0 +1,212 @@
+"""Training: forward and backward graphs from AOTAutograd, both compiled by minicomp.
+
+AOTAutograd traces the function and its gradient into an ATen forward graph
+and an ATen backward graph, split by the min-cut rematerialization partition:
+cheap pointwise values are recomputed in the backward instead of saved, so
+the forward saves little (RoPE saves only cos and sin). Views are never saved
+(functorch's `recompute_views`): the backward takes them again from their
+base, so a slice of an input costs the forward nothing. Each graph then goes
+through the same pipeline (compiler.compile_graph), so the backward is fused
+too. Calls where no input needs a gradient never come here (function.py): the
+autograd machinery costs tens of microseconds a call.
+
+AOTAutograd compiles on the first call of a signature, which also runs it
+once: that is the one run of the user's call (function.py), never an extra one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import torch
+from torch.utils import _pytree as pytree
+
+from minicomp import capture, config, guards
+from minicomp.dispatch.training_call import LeanCall, simple_first_call
+
+if TYPE_CHECKING:
+    from minicomp.codegen.families import Families
+    from minicomp.pipeline import Compiled
+
+
+def partition(joint, inputs, **kwargs):
+    """The min-cut partition, saving no views (they are recomputed from what is saved)."""
+    import torch._functorch.config as functorch_config
+    from functorch.compile import min_cut_rematerialization_partition
+
+    with functorch_config.patch(recompute_views=True):
+        return min_cut_rematerialization_partition(joint, inputs, **kwargs)
+
+
+def tangents_like_outputs():
+    """AOTAutograd traces the backward for tangents laid out like the outputs they are the gradients
+    of, not contiguous: else a transposed output's incoming gradient (RoPE's q as a transposed view
+    of a [B, S, H, D] projection) is copied to contiguous before the backward runs, and the backward
+    then reads it across its own layout to write the leaf's. The default of newer torch
+    (`guess_tangent_strides_as_outputs`); torch 2.11 guesses contiguous (the 1.9-2.5x floor of the
+    RoPE GQA forward + backward rows in benchmarks/results/NVIDIA_H200/pointwise16/)."""
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, "guess_tangent_strides_as_outputs"):
+        return contextlib.nullcontext()
+    return functorch_config.patch(guess_tangent_strides_as_outputs=True)
+
+
+def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:
+    """The backward's inputs that the forward computed (not its own inputs, not tangents): the
+    partition names them after the forward's nodes, and AOTAutograd hands them to the boxed
+    backward, which frees each at its last use; parameters and tangents stay the caller's."""
+    computed = {n.name for n in forward.graph.nodes if n.op not in ("placeholder", "output")}
+    return frozenset(n.name for n in backward.graph.nodes if n.op == "placeholder" and n.name in computed)
+
+
+def input_layouts(forward: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
+    """The strides of each of the forward's inputs, in order: the backward returns their gradients
+    in that order, and autograd copies a gradient laid out unlike its leaf (AccumulateGrad's
+    layout contract: 912 us a step for RoPE's q and k as transposed views, against 324 us of
+    kernels). compiler.compile_graph writes such a gradient in its leaf's layout instead."""
+    layouts = []
+    for node in forward.graph.nodes:
+        if node.op == "placeholder":
+            value = node.meta.get("val")
+            layouts.append(tuple(value.stride()) if isinstance(value, torch.Tensor) else None)
+    return layouts
+
+
+class TrainingEntry:
+    """One signature whose inputs need gradients: an autograd.Function built by AOTAutograd."""
+
+    def __init__(self, fn, leaves, in_spec, name: str, input_names: list[str], families: Families | None = None):
+        self.tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        self.forward: Compiled | None = None
+        self.backward: Compiled | None = None
+        self.outputs: capture.Outputs | None = None
+        self.mutated: list[int] | None = None  # known after the first call
+        self.simple: tuple[bool, ...] | None = None  # the first call's outputs' requires_grad, if simple
+        self.lean: LeanCall | None = None  # once the backward is compiled (training_call.py)
+        self.watched: list[torch.Tensor] = []  # tensors it closes over, checked per call (guards.grad_watched)
+        constants = list(leaves)
+        grad_leaves = {i for i in self.tensor_slots if leaves[i].is_leaf and leaves[i].requires_grad}
+
+        def flat_fn(*tensors):
+            values = list(constants)
+            for slot, t in zip(self.tensor_slots, tensors):
+                values[slot] = t
+            args, kwargs = pytree.tree_unflatten(values, in_spec)
+            seen = capture.ClosedOver()
+            with seen:
+                result = fn(*args, **kwargs)
+            for slot, t in zip(self.tensor_slots, tensors):
+                if slot in grad_leaves and _data_mutated(t):
+                    raise guards.Unguarded(
+                        f"it writes in place into argument {slot}, a leaf tensor that requires grad, "
+                        "which eager refuses"
+                    )
+            closed_over = list(seen.tensors.values())
+            guards.refuse_grad_constants(closed_over, True)  # a training signature: grad mode is on
+            self.watched = guards.grad_watched(closed_over)
+            out_leaves, spec = capture.flatten_outputs(result)
+            kinds, computed = [], []
+            for out in out_leaves:  # AOTAutograd handles tensors (and their aliasing); the rest are constants
+                if isinstance(out, torch.Tensor):
+                    computed.append(out)
+                    kinds.append(("tensor", len(computed) - 1))
+                else:
+                    kinds.append(("const", out))
+            self.outputs = capture.Outputs(spec, kinds)
+            return computed
+
+        from minicomp.pipeline import compile_graph
+
+        def compile_forward(gm, example_inputs):
+            self.forward = compile_graph(gm, f"{name}_forward", input_names, families)
+            return self.forward.boxed
+
+        settings = config.current()  # autograd compiles a GPU backward on its own thread
+
+        def compile_backward(gm, example_inputs):
+            with config.override(**settings):
+                saved = saved_activations(self.forward.fx, gm)
+                self.backward = compile_graph(
+                    gm,
+                    f"{name}_backward",
+                    families=families,
+                    freed_inputs=saved,
+                    output_layouts=input_layouts(self.forward.fx),
+                )
+            return self.backward.boxed
+
+        from functorch.compile import aot_function  # AOTAutograd loads all of torch._dynamo: ~1.7 s
+
+        self.function = aot_function(
+            flat_fn,
+            fw_compiler=compile_forward,
+            bw_compiler=compile_backward,
+            partition_fn=partition,
+            decompositions=capture.decompositions(),
+        )
+
+    def __call__(self, fn, leaves, in_spec):
+        tensors = [leaves[i] for i in self.tensor_slots]
+        if self.watched and guards.constants_need_grad(self.watched):
+            return capture.call_eagerly(fn, leaves, in_spec)  # a weight it closes over was unfrozen
+        if self.lean is not None:
+            outputs = self.lean(tensors)
+        elif self.mutated is None:  # the first call compiles, on inputs that share no memory
+            if _any_shared(tensors):
+                return capture.call_eagerly(fn, leaves, in_spec)
+            before = guards.versions(leaves, self.tensor_slots)
+            with tangents_like_outputs(), _constants_allowed():  # AOTAutograd traces on this first call
+                outputs = self.function(*tensors)
+            after = guards.versions(leaves, self.tensor_slots)
+            self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
+            if simple_first_call(tensors, outputs, self.mutated):
+                self.simple = tuple(o.requires_grad for o in outputs)
+        elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
+            return capture.call_eagerly(fn, leaves, in_spec)
+        else:
+            outputs = self.function(*tensors)
+            if self.simple is not None and self.backward is not None and config.get("lean_training"):
+                self.lean = LeanCall.build(self.forward, self.backward, len(tensors), self.simple)
+                self.simple = None  # decided
+        return self.outputs.assemble(outputs, leaves)
+
+    @property
+    def source(self) -> str:
+        parts = [c.source for c in (self.forward, self.backward) if c is not None]
+        return "\n\n# ---- backward ----\n\n".join(parts)
+
+
+def _data_mutated(t) -> bool:
+    """Whether the function wrote into `t`, an input as AOTAutograd traces it (functionalized in its
+    first pass: the pass that reads what a graph mutates)."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(t, FunctionalTensor) and torch._functionalize_has_data_mutation(t.elem)
+
+
+def _any_shared(tensors) -> bool:
+    storages = [t.untyped_storage().data_ptr() for t in tensors]
+    return len(set(storages)) < len(storages)
+
+
+@contextlib.contextmanager
+def _constants_allowed():
+    """AOTAutograd traces on fake tensors and refuses a real one: a tensor the function closes
+    over (a RoPE table, a mask) stopped every such training signature. Allowed while it traces,
+    it becomes a constant of the graph, as in `capture.trace`; one that requires grad is refused
+    as the function is traced (`flat_fn`: guards.refuse_grad_constants). The switch is fake
+    tensors' thread-local override, which the forward's and the backward's traces both read."""
+    from torch._subclasses import fake_tensor
+
+    tls = fake_tensor.fake_tensor_tls
+    if not hasattr(tls, "allow_non_fake_inputs_override"):  # another torch: real tensors stay refused
+        yield
+        return
+    before = tls.allow_non_fake_inputs_override
+    tls.allow_non_fake_inputs_override = True
+    try:
+        yield
+    finally:
+        tls.allow_non_fake_inputs_override = before

@@ -1,0 +1,94 @@
+"""`torch.compile(model, backend="minicomp")`: minicomp as a TorchDynamo backend.
+
+Dynamo captures each graph between graph breaks; AOTAutograd (as for
+`minicomp.jit` with inputs that need gradients) lowers it to ATen forward and
+backward graphs with the min-cut partition (saving no views, as for `minicomp.jit`:
+autograd.partition); minicomp compiles each. The package
+registers this function under the `torch_dynamo_backends` entry point
+(pyproject.toml), so the name "minicomp" works once the package is installed;
+without installing, pass the function: `torch.compile(model, backend=minicomp.dispatch.dynamo.backend)`.
+
+A graph with dynamic sizes (Dynamo's automatic dynamic shapes, from a function's
+second size on) is compiled once per concrete size (specialize.py). A graph
+minicomp cannot compile (an op it cannot trace) runs as Dynamo captured it,
+under the fallback policy (fallback.py: a warning by default,
+MINICOMP_FALLBACK=raise makes it an error). The forward and backward of one
+Dynamo graph share kernel families (codegen/families.py), and are compiled together
+(`_backward_with_forward`), so that the Triton compiles of both run side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import torch
+from functorch.compile import make_boxed_func
+
+from minicomp import capture, config
+from minicomp.capture import specialize
+from minicomp.codegen.families import Families
+from minicomp.dispatch import fallback
+from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
+from minicomp.pipeline import compile_graph
+from minicomp.runtime import compile_pool
+
+_graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
+
+
+def _compiler(role: str, families: Families, settings: dict, forward: dict):
+    """`forward` carries the forward graph to the backward's compile (its saved activations)."""
+
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+        name = f"dynamo_graph{next(_graph_ids)}_{role}"
+        if role == "forward":
+            forward["gm"] = gm
+        backward = role == "backward" and "gm" in forward
+        saved = saved_activations(forward["gm"], gm) if backward else frozenset()
+
+        def fail(err: Exception) -> None:
+            fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
+
+        if specialize.is_dynamic(gm):  # Dynamo made a size dynamic: one static graph per size
+
+            def compile_static(static: torch.fx.GraphModule, input_names: list[str]):
+                with config.override(**settings):
+                    return compile_graph(static, name, input_names, families=families, freed_inputs=saved).boxed
+
+            return specialize.Specializing(gm, compile_static, fail)
+        layouts = input_layouts(forward["gm"]) if backward else None
+        try:
+            with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
+                return compile_graph(gm, name, families=families, freed_inputs=saved, output_layouts=layouts).boxed
+        except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
+            fail(err)
+            return make_boxed_func(gm.forward)
+
+    return compile_fn
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs):
+    """The Dynamo backend: ATen graphs through AOTAutograd, each compiled by minicomp."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    families, settings, forward = Families(), config.current(), {}
+    compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
+    compile_both = aot_autograd(
+        fw_compiler=_compiler("forward", families, settings, forward),
+        bw_compiler=_compiler("backward", families, settings, forward),
+        partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
+        decompositions=capture.decompositions(),
+    )
+    with _backward_with_forward(), tangents_like_outputs():
+        return compile_both(gm, example_inputs)
+
+
+def _backward_with_forward():
+    """AOTAutograd compiles the backward when the forward is compiled, not at the first backward:
+    its kernels then compile (in threads, launch.py `prepare`) while the forward runs, instead of
+    after it. (A torch without the setting compiles it at the first backward, as before.)"""
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, "force_non_lazy_backward_lowering"):
+        return contextlib.nullcontext()
+    return functorch_config.patch(force_non_lazy_backward_lowering=True)

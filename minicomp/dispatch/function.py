@@ -1,0 +1,406 @@
+"""`JitFunction`: one compiled module per input signature, looked up on every call.
+
+A call flattens its arguments, builds the signature key (each tensor's shape,
+stride, dtype, device, requires_grad; each Python scalar's type and value),
+and finds the compiled entry for it; the first call with a new key traces and
+compiles. A hit does nothing else: the generated `call` launches the kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import threading
+import time
+import warnings
+from typing import TYPE_CHECKING
+
+import torch
+import torch.autograd.profiler as _profiler
+from torch.utils import _pytree as pytree
+
+from minicomp import capture, config, guards, logs
+from minicomp.dispatch import fallback, persist
+from minicomp.dispatch.autograd import TrainingEntry
+from minicomp.guards import fingerprint
+from minicomp.guards.context import FunctionContext, watch
+from minicomp.runtime import compile_pool
+
+if TYPE_CHECKING:
+    from minicomp.codegen.families import Families
+    from minicomp.pipeline import Compiled
+
+
+def _needs_grad(leaves) -> bool:
+    """Grad mode is on and some tensor argument requires grad."""
+    return torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
+
+
+class Entry:
+    """What one signature compiled to: the generated module's `call`, which arguments go in,
+    which inputs it writes into, and how the outputs come out (capture.Outputs).
+
+    `compiled` (graph, plan, source) is there when this process traced the
+    function; an entry loaded from the persistent cache has only the module.
+    """
+
+    def __init__(
+        self,
+        call,
+        tensor_slots: list[int],
+        n_leaves: int,
+        outputs: capture.Outputs,
+        mutated: list[int],
+        compiled: Compiled | None = None,
+        watched: list[torch.Tensor] | None = None,
+    ):
+        self.call = call
+        self.tensor_slots = list(tensor_slots)
+        self.slots = None if self.tensor_slots == list(range(n_leaves)) else self.tensor_slots
+        self.outputs = outputs
+        self.unflatten = _unflattener(outputs.spec) if outputs.simple else None
+        self.mutated = list(mutated)  # argument slots the module writes into
+        self.compiled = compiled
+        self.watched = watched or []  # tensor constants whose requires_grad each call checks (guards.grad_watched)
+
+    def __call__(self, fn, leaves, in_spec):
+        if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
+            logs.recompiles.info(
+                "an input the compiled code writes into shares memory with another argument: this call runs eagerly"
+            )
+            return EagerEntry()(fn, leaves, in_spec)
+        if self.watched and guards.constants_need_grad(self.watched):
+            logs.recompiles.info("a tensor the function closes over now requires grad: this call runs eagerly")
+            return EagerEntry()(fn, leaves, in_spec)
+        outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
+        if self.unflatten is not None:
+            return self.unflatten(outputs)
+        return self.outputs.assemble(outputs, leaves)
+
+
+class EagerEntry:
+    """A signature minicomp could not compile: the function runs as written."""
+
+    compiled = None
+
+    def __call__(self, fn, leaves, in_spec):
+        return capture.call_eagerly(fn, leaves, in_spec)
+
+
+def _unflattener(out_spec):
+    """outputs tuple -> the function's output structure; plain tuples and single tensors skip pytree."""
+    if out_spec.is_leaf():
+        return operator.itemgetter(0)
+    if out_spec == pytree.tree_flatten(tuple(range(out_spec.num_leaves)))[1]:
+        return tuple
+    return lambda outputs: pytree.tree_unflatten(list(outputs), out_spec)
+
+
+def _name_of(fn) -> str:
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str):
+        return name
+    inner = getattr(fn, "func", None)  # functools.partial
+    return f"partial_{_name_of(inner)}" if inner is not None else type(fn).__name__
+
+
+def _signature(fn) -> inspect.Signature | None:
+    """The signature to bind arguments with, or None (builtins like torch.relu: passed as given)."""
+    try:
+        return inspect.signature(fn)
+    except (ValueError, TypeError):
+        return None
+
+
+def _copy(value):
+    """A copy of a tensor argument with the same strides and requires_grad (for looking inside):
+    the memory its elements span, copied whole, so an expanded or overlapping argument (`b.expand(
+    64, n)`, stride 0) keeps its strides, which `copy_` into such a layout refuses."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    span = 1 + sum((n - 1) * st for n, st in zip(value.shape, value.stride())) if value.numel() else 0  # layout.extent
+    with torch.no_grad():
+        memory = value.as_strided((span,), (1,)).clone()
+    return memory.as_strided(value.shape, value.stride()).requires_grad_(value.requires_grad)
+
+
+class JitFunction:
+    """A function compiled by minicomp; call it like the original."""
+
+    def __init__(self, fn, fallback: str | None = None, name: str | None = None, context=None):
+        if not callable(fn):
+            raise TypeError(f"minicomp.jit needs a function or module, not {type(fn).__name__}")
+        self.fn = fn
+        self.fallback = config.fallback(fallback)
+        self.cache_limit = config.cache_limit()  # signatures kept per function
+        self.recompile_warning = config.recompile_warning()
+        config.compile_threads()  # checked now; read when a GPU compile first needs its threads
+        try:
+            functools.update_wrapper(self, fn)
+        except (AttributeError, TypeError):
+            pass
+        self.__name__ = name or _name_of(fn)
+        self.signature = _signature(fn)
+        self.params = list(self.signature.parameters) if self.signature is not None else []
+        self._plain = self.signature is None or all(
+            p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
+        )
+        self.context = context or FunctionContext(fn)
+        # a plain function that reads no Python state (globals, cells) keys its calls by the arguments alone
+        reads = self.context.reads
+        empty = isinstance(self.context, FunctionContext) and not (reads.places or reads.cells)
+        self._context_state = None if empty else self.context.state
+        self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
+        self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
+        self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
+        # traces that changed Python state (context.py `watch`): once may be a lazy initialization (a
+        # cache made on the first call); twice, and every later call runs eagerly without tracing
+        self._side_effects = 0
+        self._fingerprinted_state = None  # the values read that the fingerprint was taken under
+        self._families: Families | None = None  # made on the first compile (codegen/families.py)
+        self._lock = threading.RLock()
+
+    # -- the call path --------------------------------------------------------
+
+    @property
+    def families(self) -> Families:
+        """This function's kernel families; code generation loads on the first compile, so a
+        process served from the persistent cache never imports it."""
+        if self._families is None:
+            from minicomp.codegen.families import Families
+
+            self._families = Families()
+        return self._families
+
+    def _flatten(self, args, kwargs):
+        """(leaves, in_spec): the arguments as a flat list, defaults bound.
+
+        The common call, every parameter passed positionally and none a container,
+        skips pytree: its in_spec is the plain argument count (an int hashes in
+        nanoseconds; a TreeSpec takes microseconds)."""
+        if self._plain and not kwargs and (self.signature is None or len(args) == len(self.params)):
+            for a in args:
+                if isinstance(a, (list, tuple, dict)):
+                    break
+            else:
+                return args, len(args)
+        if self.signature is None:
+            return pytree.tree_flatten((args, kwargs))
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return pytree.tree_flatten((bound.args, bound.kwargs))
+
+    @staticmethod
+    def _spec(in_spec):
+        """The TreeSpec of a flattened call (the fast path keeps only the argument count)."""
+        if isinstance(in_spec, int):
+            return pytree.tree_flatten((tuple(range(in_spec)), {}))[1]
+        return in_spec
+
+    def _key(self, leaves, in_spec):
+        state = self._context_state
+        return (in_spec, tuple(map(guards.leaf_key, leaves)), guards.global_state(), None if state is None else state())
+
+    def __call__(self, *args, **kwargs):
+        leaves, in_spec = self._flatten(args, kwargs)
+        key = self._key(leaves, in_spec)
+        entry = self.cache.get(key)
+        if entry is None:
+            return self._first_call(key, leaves, in_spec)
+        if _profiler._is_profiler_enabled:  # a named range in torch.profiler traces; free otherwise
+            with torch.profiler.record_function(f"minicomp: {self.__name__}"):
+                return entry(self.fn, leaves, in_spec)
+        return entry(self.fn, leaves, in_spec)
+
+    # -- a new signature -------------------------------------------------------
+    def _first_call(self, key, leaves, in_spec):
+        """Compile the signature and run it once, under the lock. Whatever fails before the
+        compiled code has returned (tracing, compiling, or its first run) falls back by policy:
+        nothing of the user's has changed by then (mutations are written back last)."""
+        if self._side_effects > 1:  # its Python state changes on every call: each new key would trace in vain
+            return capture.call_eagerly(self.fn, leaves, in_spec)
+        if guards.INSIDE_A_TRACE in key[1]:  # a jitted function calling this one is being traced: be its code
+            return capture.call_eagerly(self.fn, leaves, in_spec)
+        with self._lock:
+            entry = self.cache.get(key)
+            if entry is None:
+                self._note_recompile(key)
+                failure = None
+                try:
+                    entry = self._build(key, leaves, in_spec)
+                    result = entry(self.fn, leaves, in_spec)
+                except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
+                    failure, entry = err, EagerEntry()
+                    self._side_effects += isinstance(err, guards.SideEffect)
+                if failure is not None:
+                    # raises under fallback="raise": nothing is remembered
+                    fallback.handle(self.__name__, failure, self.fallback, stacklevel=3)
+                self._remember(key, entry)
+                if failure is None:
+                    return result
+        return entry(self.fn, leaves, in_spec)
+
+    def _remember(self, key, entry) -> None:
+        if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
+            self.cache.pop(next(iter(self.cache)))
+        self.cache[key] = entry
+        self.compiles += 1
+
+    def _build(self, key, leaves, in_spec):
+        unusual = guards.unusual(key[1])
+        if unusual is not None:
+            raise guards.Unguarded(unusual.why)
+        if guards.in_functorch_transform(key[2]):
+            raise guards.Unguarded(
+                "it is called inside a functorch transform (vmap, grad, jacrev), whose wrapped tensors "
+                "compiled kernels cannot read"
+            )
+        bad = guards.unguardable(key[1])
+        if bad is not None:
+            raise guards.Unguarded(
+                f"an argument is a {type(bad.obj).__name__} object, and minicomp cannot tell "
+                "when an object changes. Pass the values it holds (tensors, numbers, strings) "
+                "instead"
+            )
+        leaves, in_spec = list(leaves), self._spec(in_spec)
+        names = capture.leaf_names(in_spec, self.params)
+        fn = watch(self.fn, self.context)
+        if _needs_grad(leaves):
+            compile_pool.start_triton(leaves)  # a miss: Triton's one-time costs run while it traces
+            return TrainingEntry(
+                fn,
+                leaves,
+                in_spec,
+                self.__name__,
+                [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)],
+                self.families,
+            )
+        stored_key = self._persistent_key(key)
+        if stored_key is not None:
+            stored = persist.load(stored_key)
+            if stored is not None:
+                module, slots, mutated, outputs = stored
+                return Entry(module.call, slots, len(leaves), outputs, mutated)
+        compile_pool.start_triton(leaves)  # a miss: Triton's one-time costs run while it traces
+        traced, compiled = _trace_and_compile(fn, leaves, in_spec, names, self.__name__, self.families)
+        guards.refuse_grad_constants(traced.closed_over, torch.is_grad_enabled())
+        mutated = _mutated_slots(traced, compiled)
+        if stored_key is not None and not compiled.graph.constants:
+            persist.store(
+                stored_key,
+                compiled.source,
+                self.__name__,
+                compiled.interpret,
+                traced.tensor_slots,
+                mutated,
+                traced.outputs,
+            )
+        watched = guards.grad_watched(traced.closed_over)
+        return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled, watched)
+
+    def _persistent_key(self, key) -> str | None:
+        """The key of this signature on disk: the fingerprint of the function and what it reads,
+        with the arguments' key. The values the code reads (globals, cells: `split` by the
+        context) are in the fingerprint, which is taken again when they changed; a module's
+        attributes and flags stay in the key."""
+        in_key, read = (None, None) if key[3] is None else self.context.split(key[3])
+        key = (*key[:3], in_key)
+        if guards.contains(key, guards.ByIdentity):
+            logs.cache.info(
+                "%s: a signature keyed by an object's identity is not cached across processes", self.__name__
+            )
+            return None
+        if self._fingerprint is False or read != self._fingerprinted_state:
+            self._fingerprinted_state = read
+            of = getattr(self.context, "fingerprint", None)
+            self._fingerprint = of() if of is not None else fingerprint.of(self.fn)
+            if self._fingerprint is None:
+                logs.cache.info(
+                    "%s reads state minicomp cannot fingerprint: not cached across processes", self.__name__
+                )
+        return None if self._fingerprint is None else persist.key(self._fingerprint, key)
+
+    def _note_recompile(self, key) -> None:
+        if not self.cache:
+            return
+        change = _difference(next(reversed(self.cache)), key, self.context)
+        logs.recompiles.info("%s: new signature (%s); %d compiled so far", self.__name__, change, self.compiles)
+        if self.compiles + 1 == self.recompile_warning:
+            warnings.warn(
+                f"minicomp has compiled {self.__name__} for {self.recompile_warning} signatures "
+                f"(last change: {change}). Each new shape, "
+                "dtype, stride or scalar value traces and compiles again; MINICOMP_LOGS=recompiles "
+                "shows each one.",
+                stacklevel=5,
+            )
+
+    # -- looking inside -------------------------------------------------------
+    def entry(self, *args, **kwargs):
+        """What these arguments compile to (compiling it, on copies of the tensors, if needed)."""
+        leaves, in_spec = self._flatten(args, kwargs)
+        key = self._key(leaves, in_spec)
+        if key not in self.cache:
+            self._first_call(key, [_copy(v) for v in leaves], in_spec)
+        entry = self.cache[key]
+        if isinstance(entry, Entry) and entry.compiled is None:  # loaded from disk: trace to see inside
+            leaves, in_spec = [_copy(v) for v in leaves], self._spec(in_spec)
+            names = capture.leaf_names(in_spec, self.params)
+            _, entry.compiled = _trace_and_compile(
+                watch(self.fn, self.context), leaves, in_spec, names, self.__name__, self.families
+            )
+        return entry
+
+    def compiled(self, *args, **kwargs) -> Compiled:
+        """The compiled graph for these arguments (the forward graph when training)."""
+        entry = self.entry(*args, **kwargs)
+        compiled = entry.forward if isinstance(entry, TrainingEntry) else entry.compiled
+        if compiled is None:
+            raise fallback.CompileError(f"{self.__name__} runs eagerly for these arguments: nothing was compiled")
+        return compiled
+
+    def source(self, *args, **kwargs) -> str:
+        """The generated module(s) for these arguments: Triton kernels + Python wrapper
+        (forward, then backward, when an input requires grad)."""
+        entry = self.entry(*args, **kwargs)
+        return entry.source if isinstance(entry, TrainingEntry) else self.compiled(*args, **kwargs).source
+
+
+def _trace_and_compile(fn, leaves, in_spec, names, name, families) -> tuple[capture.Traced, Compiled]:
+    from minicomp.pipeline import compile_graph  # fusion and codegen load on the first miss
+
+    start = time.perf_counter()
+    traced = capture.trace(fn, leaves, in_spec, names)
+    traced_s = time.perf_counter() - start
+    compiled = compile_graph(traced.gm, name, traced.input_names, families)
+    compiled.times = {"capture": traced_s} | compiled.times
+    return traced, compiled
+
+
+def _mutated_slots(traced: capture.Traced, compiled: Compiled) -> list[int]:
+    """Argument slots of the inputs the compiled module writes into (graph.mutations)."""
+    inputs = compiled.graph.inputs
+    written = {dst for dst, _ in compiled.graph.mutations}
+    return [slot for slot, name in zip(traced.tensor_slots, inputs) if name in written]
+
+
+def _difference(old, new, context) -> str:
+    """What changed between two signature keys, in words."""
+    old_spec, old_leaves, old_state, old_module = old
+    new_spec, new_leaves, new_state, new_module = new
+    if old_spec != new_spec:
+        return "argument structure changed"
+    if old_state != new_state:
+        return f"global state {guards.describe_state(old_state)} -> {guards.describe_state(new_state)}"
+    fields = ("shape", "stride", "dtype", "device", "requires_grad")
+    for i, (a, b) in enumerate(zip(old_leaves, new_leaves)):
+        if a != b:
+            if isinstance(a, guards.Unusual) or isinstance(b, guards.Unusual):
+                return f"argument {i}: {a!r} -> {b!r}"
+            if len(a) == len(fields) and len(b) == len(fields):
+                changed = [f"{f} {x} -> {y}" for f, x, y in zip(fields, a, b) if x != y]
+                return f"argument {i}: " + ", ".join(changed)
+            return f"argument {i}: {a[-1]!r} -> {b[-1]!r}"
+    if old_module != new_module:
+        return context.describe(old_module, new_module)
+    return "same signature"

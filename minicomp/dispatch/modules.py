@@ -1,0 +1,142 @@
+"""`minicomp.jit(module)`: an nn.Module whose forward runs compiled.
+
+The module's parameters and buffers are passed to the compiled function as
+inputs (torch.func.functional_call), never baked in as constants: an optimizer
+step is seen by the next call, and gradients reach the parameters through the
+compiled backward.
+
+Everything else the forward reads from the module is guarded (`ModuleContext`):
+each call's key holds every submodule's training flag and plain attributes
+(numbers, strings, flags, tuples of them; a tensor attribute by identity; an
+object attribute such as a config by its own plain attributes) and the forward
+hooks, and the values its classes' methods read (globals, closure cells: reads.py),
+so `.eval()`, `self.p = 0.1`, `self.cache = new_table` or a new hook compile anew. Across
+processes a module is identified by its classes' code (fingerprint.of_module)
+plus that same state. A forward that changes its own attributes (`self.k += 1`)
+runs eagerly: compiled code would not repeat the change.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch.func import functional_call
+
+from minicomp import guards
+from minicomp.dispatch.function import JitFunction
+from minicomp.guards import fingerprint, reads
+from minicomp.guards.context import Held, changed_read
+
+# nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
+_INTERNAL = {
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+    "_is_full_backward_hook",
+    "_compiled_call_impl",
+}
+_HOOKS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
+
+
+class ModuleContext:
+    """The module state a compiled forward depends on (context.FunctionContext's counterpart)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        classes = {type(m) for m in module.modules() if not reads.is_library(type(m))}
+        methods = [f for c in classes for k in c.__mro__ if not reads.is_library(k) for f in vars(k).values()]
+        self.reads = reads.Reads(*[f for f in methods if isinstance(f, types.FunctionType)])
+
+    def state(self) -> tuple:
+        """Checked on every call: the training flags and plain attributes of every submodule, and
+        what the methods of the user's module classes read (globals, closures: reads.py)."""
+        modules = tuple(_module_key(m) for m in self.module.modules())
+        return modules + tuple(map(guards.state_key, self.reads.values()))
+
+    def describe(self, old: tuple, new: tuple) -> str:
+        (old_modules, old_read), (new_modules, new_read) = self.split(old), self.split(new)
+        if old_modules != new_modules:
+            return "module state (a training flag, an attribute or a hook) changed"
+        return changed_read(self.reads, old_read, new_read)
+
+    def split(self, state: tuple) -> tuple[tuple, tuple]:
+        """(the submodules' keys, the values their methods read): a key on disk holds the first,
+        the fingerprint (of_module: every class's methods and what they read) covers the second."""
+        count = len(state) - len(self.reads.places) - len(self.reads.cells)
+        return state[:count], state[count:]
+
+    def fingerprint(self) -> str | None:
+        return fingerprint.of_module(self.module)
+
+    def snapshot(self):
+        modules = [(m, dict(vars(m))) for m in self.module.modules()]
+        attributes = [
+            (f"the attribute {name!r} of its {type(m).__name__}", value)
+            for m, attrs in modules
+            for name, value in attrs.items()
+            if name not in _INTERNAL
+        ]
+        held = Held(attributes + list(zip(self.reads.names(), self.reads.values())))
+        return modules, self.state(), held
+
+    def changed(self, before) -> str | None:
+        modules, state, held = before
+        inside = held.changed()  # a list attribute appended to, a config object's counter
+        if inside is not None:
+            return inside
+        if self.state() == state:
+            return None
+        for m, attrs in modules:
+            now = vars(m)
+            for name in set(attrs) | set(now):
+                if name not in _INTERNAL and attrs.get(name, attrs) is not now.get(name, attrs):
+                    return f"the attribute {name!r} of its {type(m).__name__}"
+        return "the state of its submodules"
+
+    def restore(self, before) -> None:
+        for m, attrs in before[0]:
+            vars(m).clear()
+            vars(m).update(attrs)
+        before[2].restore()
+
+
+def _module_key(m: torch.nn.Module) -> tuple:
+    parts = [type(m)]
+    for name, value in vars(m).items():
+        if name in _INTERNAL:
+            continue
+        if name in _HOOKS:
+            if value:
+                parts.append((name, tuple(guards.ByIdentity(hook) for hook in value.values())))
+            continue
+        parts.append((name, guards.state_key(value)))
+    return tuple(parts)
+
+
+class JitModule(torch.nn.Module):
+    def __init__(self, module: torch.nn.Module, fallback: str | None = None):
+        super().__init__()
+        self.module = module
+        self.compiled = JitFunction(self._forward, fallback, name=type(module).__name__, context=ModuleContext(module))
+
+    def _forward(self, state, *args, **kwargs):
+        return functional_call(self.module, state, args, kwargs)
+
+    def forward(self, *args, **kwargs):
+        state = dict(self.module.named_parameters())
+        state.update(self.module.named_buffers())
+        return self.compiled(state, *args, **kwargs)

@@ -1,0 +1,76 @@
+"""The persistent index: (function fingerprint, signature) -> generated module, across processes.
+
+Generated modules are files named after the hash of their text (runtime.py).
+This index lets a second process go from a call's signature straight to the
+module, without tracing: `<cache>/entries/<key>.json` holds the module's file
+name and text hash, which arguments are tensors, which inputs the module
+mutates, and how the outputs are put together (capture.Outputs).
+
+Every read is checked: an entry that is unreadable, names anything but a plain
+module file of the cache, or whose module text no longer matches its hash
+(truncated, edited, half-written by a crashed process) is a miss; the caller
+compiles again and overwrites it. Writes are atomic (write then rename). The
+directory itself is checked once per process (cache.py): one that others may
+write is never used, so an entry cannot be planted.
+
+Not persisted: signatures that need gradients (AOTAutograd builds them per
+process), graphs that hold tensor constants (a closed-over tensor), functions
+whose fingerprint is incomplete (fingerprint.py), and signatures keyed by an
+object's identity (function.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from minicomp import logs, runtime
+from minicomp.capture import Outputs
+from minicomp.runtime import cache
+
+
+def key(fingerprint: str, signature) -> str:
+    return hashlib.sha256(f"{fingerprint}\x00{signature!r}".encode()).hexdigest()[:32]
+
+
+def _path(entry_key: str):
+    return cache.file("entries", f"{entry_key}.json")
+
+
+def store(entry_key: str, source: str, name: str, interpret: bool, tensor_slots, mutated, outputs: Outputs) -> None:
+    encoded = outputs.dumps()
+    if encoded is None:
+        logs.cache.info("%s: returns values that cannot be stored: not cached across processes", name)
+        return
+    record = dict(
+        function=name,
+        module=runtime.module_name(source, name),
+        sha=runtime.source_hash(source),
+        interpret=interpret,
+        tensor_slots=list(tensor_slots),
+        mutated=list(mutated),
+        outputs=encoded,
+    )
+    cache.write_atomic(_path(entry_key), json.dumps(record))
+
+
+def load(entry_key: str):
+    """(module, tensor_slots, mutated slots, Outputs) of a stored entry, or None if absent or damaged."""
+    try:
+        path = _path(entry_key)
+        text = cache.read_text(path)
+        if text is None:
+            logs.cache.info("entry %s: miss", entry_key)
+            return None
+        record = json.loads(text)
+        source = cache.read_text(cache.file("modules", record["module"]))
+        if source is None or runtime.source_hash(source) != record["sha"]:
+            raise ValueError("module text is missing or does not match its hash")
+        outputs = Outputs.loads(record["outputs"])
+        slots, mutated = [int(i) for i in record["tensor_slots"]], [int(i) for i in record["mutated"]]
+        module = runtime.load(source, str(record["function"]), bool(record["interpret"]))
+    except Exception as err:  # noqa: BLE001 - a damaged entry is a miss, never a crash
+        logs.cache.warning("entry %s is damaged (%s: %s); compiling again", entry_key, type(err).__name__, err)
+        return None
+    logs.cache.info("entry %s: hit, module %s", entry_key, record["module"])
+    return module, slots, mutated, outputs

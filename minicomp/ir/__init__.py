@@ -1,0 +1,9 @@
+"""The IR: a typed graph of ATen nodes (op, shape, strides, dtype) made from a torch.fx graph.
+
+graph.py    TensorMeta, Node, Graph; from_fx()
+dtypes.py   dtype tables: Triton names, compute dtypes, 16-bit rounding
+"""
+
+from minicomp.ir.graph import RESERVED, Graph, Node, Ref, TensorMeta, from_fx
+
+__all__ = ["RESERVED", "Graph", "Node", "Ref", "TensorMeta", "from_fx"]

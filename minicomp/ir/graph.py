@@ -1,0 +1,270 @@
+"""The IR: a networkx DiGraph of typed nodes, built from an ATen-level FX graph.
+(The DiGraph is made on first use: the plan and codegen ask only for each node's users,
+kept as lists, so a process's first compile does not import networkx: ~0.2 s.)
+
+Each node is one ATen op (or a graph input) with the metadata of its result:
+shape, stride, dtype, device. Edges run from producer to consumer. Later stages
+never change it: how each op lowers is the fusion plan's business
+(`Plan.kinds`), and `graph.describe(plan.kinds)` prints the two together.
+
+    >>> print(graph.describe(plan.kinds))
+    x: float32[8, 64] stride (64, 1) cpu = input
+    add: float32[8, 64] stride (64, 1) cpu = aten.add.Tensor(x, b)  # pointwise
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from minicomp.ir import dtypes
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @staticmethod
+    def of(t: torch.Tensor) -> TensorMeta:
+        return TensorMeta(tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"{dtypes.short_name(self.dtype)}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument that is the value of another node."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass
+class Node:
+    name: str
+    target: Any  # an OpOverload, operator.getitem, or "input"
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    meta: TensorMeta | tuple | None = None
+
+    @property
+    def is_input(self) -> bool:
+        return self.target == "input"
+
+    @property
+    def op_name(self) -> str:
+        """'add' for aten.add.Tensor: what kernel names and headers show."""
+        if self.target == "input":
+            return "input"
+        return getattr(self.target, "_opname", None) or getattr(self.target, "__name__", str(self.target))
+
+    def inputs(self) -> list[str]:
+        """Names of the nodes this one reads, in argument order."""
+        found: list[str] = []
+        _collect_refs((self.args, self.kwargs), found)
+        return found
+
+    def describe(self, kind: str | None = None) -> str:
+        """One line: name, type, the op and its arguments (and how it lowers, when `kind` is given)."""
+        meta = self.meta
+        if isinstance(meta, TensorMeta):
+            head = f"{self.name}: {meta} stride {meta.stride} {meta.device}"
+        else:
+            head = f"{self.name}: {meta}"
+        if self.target == "input":
+            return f"{head} = input"
+        args = ", ".join([repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()])
+        return f"{head} = {_target_text(self.target)}({args})" + (f"  # {kind}" if kind else "")
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _collect_refs(value, found: list[str]) -> None:
+    if isinstance(value, Ref):
+        if value.name not in found:
+            found.append(value.name)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_refs(v, found)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_refs(v, found)
+
+
+def _target_text(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target._opname}.{target._overloadname}" if target.namespace == "aten" else str(target)
+    return getattr(target, "__name__", str(target))
+
+
+class Graph:
+    """Nodes in a topological order, their edges in a networkx DiGraph.
+
+    outputs: one entry per output of the FX graph, a node name or a constant.
+    mutations: (input name, node name) pairs: after the call the input holds
+    the node's value (from `x.mul_(2)` in the user's function).
+    constants: tensors the trace captured (inputs of the graph that the caller
+    does not pass: the generated `call` takes them as keyword arguments).
+    split: reductions that compute the K partial results of a split reduction
+    (split_reductions.py): node -> (the reduction it was split from, K).
+    grouped: those of them whose partials are the row groups of a row kernel over their
+    source (split_reductions.py): node -> how many leading dims of its source are rows.
+    """
+
+    def __init__(
+        self,
+        nodes: list[Node],
+        outputs: list,
+        mutations: list[tuple[str, str]],
+        constants: dict[str, torch.Tensor] | None = None,
+        split: dict[str, tuple[str, int]] | None = None,
+        grouped: dict[str, int] | None = None,
+    ):
+        self.nodes = {n.name: n for n in nodes}
+        self.constants = constants or {}
+        self.split = split or {}
+        self.grouped = grouped or {}
+        self.order = [n.name for n in nodes]
+        self.outputs = outputs
+        self.mutations = mutations
+        self._users: dict[str, dict[str, None]] = {n.name: {} for n in nodes}  # ordered sets
+        for n in nodes:
+            for src in n.inputs():
+                self._users.setdefault(src, {})[n.name] = None
+        self._dag = None
+
+    @property
+    def dag(self):
+        """The edges as a networkx DiGraph, producer -> consumer (made on first use)."""
+        if self._dag is None:
+            import networkx as nx
+
+            dag = nx.DiGraph()
+            for name, users in self._users.items():
+                dag.add_node(name)
+                dag.add_edges_from((name, user) for user in users)
+            self._dag = dag
+        return self._dag
+
+    def grouped_source(self, name: str) -> str:
+        """The value whose row groups partial `name` (in `grouped`) sums: its chunks view's input."""
+        chunks = self.nodes[self.nodes[name].args[0].name]
+        return chunks.args[0].name
+
+    @property
+    def inputs(self) -> list[str]:
+        """The inputs a caller passes, in order (constants excluded)."""
+        return [name for name in self.order if self.nodes[name].is_input and name not in self.constants]
+
+    def __getitem__(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def users(self, name: str) -> list[str]:
+        return list(self._users[name])
+
+    def describe(self, kinds: dict[str, str] | None = None) -> str:
+        """The graph, a node a line; with `kinds` (a plan's), each op says how it lowers."""
+        lines = [self.nodes[name].describe((kinds or {}).get(name)) for name in self.order]
+        lines.append(f"return {self.outputs}")
+        lines += [f"mutate {dst} <- {src}" for dst, src in self.mutations]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _meta_of(value) -> TensorMeta | tuple | None:
+    if isinstance(value, torch.Tensor):
+        return TensorMeta.of(value)
+    if isinstance(value, (tuple, list)):
+        return tuple(_meta_of(v) for v in value)
+    return None
+
+
+def _convert(value, rename: dict[str, str]):
+    """FX argument -> IR argument: fx.Node becomes Ref, containers recurse."""
+    if isinstance(value, torch.fx.Node):
+        return Ref(rename.get(value.name, value.name))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_convert(v, rename) for v in value)
+    if isinstance(value, dict):
+        return {k: _convert(v, rename) for k, v in value.items()}
+    return value
+
+
+RESERVED = set(keyword.kwlist) | {"torch", "triton", "tl", "libdevice", "call", "offsets", "mask", "pid"}
+
+
+def _input_names(gm: torch.fx.GraphModule, wanted: list[str] | None) -> dict[str, str]:
+    """Placeholder renames: make_fx's `x_1` becomes the user's `x` where that is free."""
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    taken = {n.name for n in gm.graph.nodes} | RESERVED
+    rename = {}
+    for fx_name, want in zip(placeholders, wanted or []):
+        want = re.sub(r"[^A-Za-z0-9_]", "_", want)  # generated identifiers stay ASCII
+        if want and want.isidentifier() and want not in taken:
+            rename[fx_name] = want
+            taken.add(want)
+    return rename
+
+
+def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> Graph:
+    """Build the IR from an ATen-level FX graph whose nodes carry meta['val'].
+
+    input_names: names for the graph inputs, in order (the user's argument names).
+    """
+    rename = _input_names(gm, input_names)
+    nodes: list[Node] = []
+    outputs: list = []
+    mutations: list[tuple[str, str]] = []
+    constants: dict[str, torch.Tensor] = {}
+    for fx_node in gm.graph.nodes:
+        if fx_node.op == "placeholder":
+            name = rename.get(fx_node.name, fx_node.name)
+            nodes.append(Node(name, "input", meta=_meta_of(fx_node.meta.get("val"))))
+        elif fx_node.op == "output":
+            result = fx_node.args[0]
+            flat = list(result) if isinstance(result, (list, tuple)) else [result]
+            outputs = [_convert(v, rename).name if isinstance(v, torch.fx.Node) else v for v in flat]
+        elif fx_node.op == "call_function":
+            if fx_node.target is torch.ops.aten.copy_.default and fx_node.args[0].op == "placeholder":
+                mutations.append((_convert(fx_node.args[0], rename).name, _convert(fx_node.args[1], rename).name))
+                continue
+            node = Node(
+                fx_node.name,
+                fx_node.target,
+                _convert(fx_node.args, rename),
+                _convert(dict(fx_node.kwargs), rename),
+                _meta_of(fx_node.meta.get("val")),
+            )
+            nodes.append(node)
+        elif fx_node.op == "get_attr":  # a tensor constant of the trace (torch.tensor([...]) in the function)
+            value = getattr(gm, fx_node.target)
+            constants[fx_node.name] = value
+            nodes.append(Node(fx_node.name, "input", meta=_meta_of(value)))
+        else:
+            raise NotImplementedError(f"FX node kind {fx_node.op!r} ({fx_node.name}) in an ATen graph")
+    return Graph(nodes, outputs, mutations, constants)

@@ -1,0 +1,388 @@
+"""Pointwise lowering rules: ATen op -> Triton expression of its operands."""
+
+from __future__ import annotations
+
+import torch
+
+from minicomp.ir import Graph, Node, Ref, dtypes
+from minicomp.ir.dtypes import literal
+from minicomp.lowering.ops.core import POINTWISE, SPECIAL_SUPPORT, Op, Rule, bind, broadcast_index, cast, pointwise
+
+NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
+
+
+# -- pointwise: simple tables ------------------------------------------------
+
+# float functions of one operand; ints and bools are converted to float first.
+# (tl.sigmoid is a @triton.jit library function, which the interpreter cannot
+# call from a kernel imported in compiled mode: it is spelled out instead.)
+UNARY_FLOAT = {
+    "exp": "tl.exp({})",
+    "exp2": "tl.exp2({})",
+    "log": "tl.log({})",
+    "log2": "tl.log2({})",
+    "sin": "tl.sin({})",
+    "cos": "tl.cos({})",
+    "erf": "tl.erf({})",
+    "sigmoid": "1.0 / (1.0 + tl.exp(-{}))",
+    "log10": "libdevice.log10({})",
+    "log1p": "libdevice.log1p({})",
+    "expm1": "libdevice.expm1({})",
+    "sqrt": "libdevice.sqrt({})",
+    "rsqrt": "libdevice.rsqrt({})",
+    "tan": "libdevice.tan({})",
+    "tanh": "libdevice.tanh({})",
+    "asin": "libdevice.asin({})",
+    "acos": "libdevice.acos({})",
+    "atan": "libdevice.atan({})",
+    "sinh": "libdevice.sinh({})",
+    "cosh": "libdevice.cosh({})",
+    "asinh": "libdevice.asinh({})",
+    "acosh": "libdevice.acosh({})",
+    "atanh": "libdevice.atanh({})",
+    "reciprocal": "1.0 / {}",
+    "erfc": "libdevice.erfc({})",
+}
+# functions of one operand that keep its dtype (identity on integers where noted).
+UNARY_SAME = {
+    "abs": "tl.abs({})",
+    "relu": "tl.where({0} < 0, 0, {0})",
+    "floor": "tl.floor({})",
+    "ceil": "tl.ceil({})",
+    "trunc": "libdevice.trunc({})",
+}
+ROUNDING = {"floor", "ceil", "trunc"}  # identity on integer tensors
+BINARY = {
+    "mul": "{} * {}",
+    "atan2": "libdevice.atan2({}, {})",
+    "hypot": "libdevice.hypot({}, {})",
+    "bitwise_and": "{} & {}",
+    "bitwise_or": "{} | {}",
+    "bitwise_xor": "{} ^ {}",
+}
+COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
+
+
+def _unary_float(template: str) -> Rule:
+    return lambda op: template.format(op.operand("self"))
+
+
+def _unary_same(name: str, template: str) -> Rule:
+    def rule(op: Op) -> str:
+        x = op.operand("self")
+        if name in ROUNDING and not op.compute.is_floating_point:
+            return x
+        if name == "abs" and op.compute == torch.bool:
+            return x
+        return template.format(x)
+
+    return rule
+
+
+def _binary(template: str) -> Rule:
+    def rule(op: Op) -> str:
+        a, b = op.operand("self"), op.operand("other")
+        if template == "{} * {}" and op.compute == torch.bool:
+            return f"{a} & {b}"
+        return template.format(a, b)
+
+    return rule
+
+
+def _compare(symbol: str) -> Rule:
+    def rule(op: Op) -> str:
+        dtype = op.promoted("self", "other")
+        return f"{op.operand('self', dtype)} {symbol} {op.operand('other', dtype)}"
+
+    return rule
+
+
+def _logical(symbol: str) -> Rule:
+    return lambda op: f"{op.operand('self', torch.bool)} {symbol} {op.operand('other', torch.bool)}"
+
+
+for _name, _t in UNARY_FLOAT.items():
+    POINTWISE[_name] = _unary_float(_t)
+for _name, _t in UNARY_SAME.items():
+    POINTWISE[_name] = _unary_same(_name, _t)
+for _name, _t in BINARY.items():
+    POINTWISE[_name] = _binary(_t)
+for _name, _s in COMPARE.items():
+    POINTWISE[_name] = _compare(_s)
+for _name, _s in LOGICAL.items():
+    POINTWISE[_name] = _logical(_s)
+
+
+# -- pointwise: rules with a little logic ----------------------------------------
+
+
+@pointwise("neg")
+def neg(op: Op) -> str:
+    """Triton's unary minus is `0 - x`, which makes -(+0.0) +0.0: floats multiply by -1 instead."""
+    x = op.operand("self")
+    return f"{x} * -1.0" if op.compute.is_floating_point else f"-{x}"
+
+
+@pointwise("fmax", "fmin")
+def fmax(op: Op) -> str:
+    """The larger (smaller) operand, NaN only where both are NaN: spelled out, because
+    `tl.maximum` without propagate_nan leaves NaN to the backend (numpy propagates it)."""
+    a, b = op.temp(op.operand("self")), op.temp(op.operand("other"))
+    fn = "tl.maximum" if op.node.op_name == "fmax" else "tl.minimum"
+    if not op.compute.is_floating_point:
+        return f"{fn}({a}, {b})"
+    return f"tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, {fn}({a}, {b})))"
+
+
+def _scaled(op: Op, name: str) -> str:
+    alpha = op.scalar("alpha") if op.args.get("alpha") is not None else None
+    x = op.operand(name)
+    return x if alpha in (None, 1) else f"{x} * {literal(alpha, op.compute)}"
+
+
+@pointwise("add")
+def add(op: Op) -> str:
+    if op.compute == torch.bool:
+        return f"{op.operand('self')} | {op.operand('other')}"
+    return _one_and(op, +1) or f"{op.operand('self')} + {_scaled(op, 'other')}"
+
+
+@pointwise("sub")
+def sub(op: Op) -> str:
+    return _one_and(op, -1) or f"{op.operand('self')} - {_scaled(op, 'other')}"
+
+
+def _one_and(op: Op, sign: int) -> str | None:
+    """`1 + f(z)`, `1 - f(z)`, `f(z) - 1` or `-1 - f(z)` for f = tanh or erf, written without the
+    sum: `1 + tanh(z)` = `2 / (1 + exp(-2z))` (2 sigmoid(2z)), `1 - tanh(z)` = `2 / (1 + exp(2z))`;
+    `1 + erf(z)` = `erfc(-z)`, `1 - erf(z)` = `erfc(z)` (`_erfc16`), where the result is rounded to
+    16 bits (the approximate exp and division, and the erfc fit, are within a few float32 ulps,
+    far below a 16-bit rounding; float32 results keep eager's exact path). The same in real
+    arithmetic, and
+
+    - cheaper: libdevice's tanh and erf left bfloat16 GELU bound by arithmetic, not memory (41.5
+      and 44.5 SASS instructions a value for the tanh and erf forms, 26.75 and 28.25 with these:
+      benchmarks/experiments/gelu_sass.py; 1.40x and 1.64x the floor on an H200, now 1.09x, 1.10x);
+    - better conditioned: where f(z) is within an ulp of -1 (or +1), the sum cancels and eager's
+      own float32 result keeps few correct bits; these forms subtract nothing.
+
+    The tanh (erf) node itself is not computed unless something else reads it.
+    tests/test_fast_math.py checks every 16-bit input against the exact value and eager."""
+    if not op.compute.is_floating_point or op.args.get("alpha") not in (None, 1):
+        return None
+    a, b = op.args.get("self"), op.args.get("other")
+    for f, one, f_second in ((a, b, False), (b, a, True)):
+        if not isinstance(f, Ref) or isinstance(one, Ref) or one not in (1, -1):
+            continue
+        node = op.graph[f.name]
+        if node.op_name not in ("tanh", "erf") or f.name in op.writer.loads:
+            continue
+        if dtypes.compute_dtype(node.meta.dtype) != op.compute:
+            continue
+        if op.out_dtype not in dtypes.LOW_PRECISION or op.compute != torch.float32:
+            continue  # a float32 (float64) result keeps libdevice's functions: eager's exact path
+        # the value is s_one * (1 + f(z)) when the signs of f and 1 agree, else s_one * (1 - f(z))
+        s_f = -1 if (sign < 0 and f_second) else 1
+        s_one = one if f_second else one * sign
+        inner = Op(node, op.graph, op.writer, broadcast_index(op.index, node.meta.shape), op.mask)
+        z = op.temp(inner.operand("self"))
+        plus = s_f == s_one
+        if node.op_name == "tanh":
+            value = f"libdevice.fast_dividef(2.0, 1.0 + tl.exp({'-2.0' if plus else '2.0'} * {z}))"
+        else:
+            value = _erfc16(op, z, -1.0 if plus else 1.0)
+        return value if s_one > 0 else f"{value} * -1.0"
+    return None
+
+
+# erfc(a) = t exp(P(t) - a^2), t = 1 / (1 + a / 2), a >= 0: Numerical Recipes' form (erfcc), its
+# polynomial refitted at degree 5 for 16-bit results: relative error <= 1.5e-5 for a in [0, 10]
+# evaluated in float32 (benchmarks/experiments/erfc_fit.py), under a bfloat16 (float16) half-ulp
+# of 2e-3 (4.9e-4). Degree 9 reaches 1.2e-7; each degree is one multiply-add a value.
+ERFC16 = (0.22879399, -0.70919989, 0.47450009, 0.25444219, 1.01801279, -1.26654155)
+LOG2E = 1.4426950408889634
+
+
+def _erfc16(op: Op, x: str, scale: float) -> str:
+    """erfc(scale * x), for a value rounded to 16 bits: relative error 1.5e-5 everywhere, tails
+    included (GELU of -9 is -1e-19, not 0), in fewer instructions than libdevice's erf (`_one_and`).
+    The scale folds into t's multiply-add and the exponent's (the exponent in base 2, log2(e)
+    folded into P); the division is the GPU's approximate one."""
+    t = op.temp(f"libdevice.fast_dividef(1.0, 1.0 + {0.5 * abs(scale)!r} * tl.abs({x}))")
+    poly = repr(ERFC16[0] * LOG2E)
+    for c in ERFC16[1:]:  # Horner
+        poly = f"{poly if '*' not in poly else f'({poly})'} * {t} {'+' if c >= 0 else '-'} {abs(c) * LOG2E!r}"
+    r = op.temp(f"{t} * tl.exp2({poly} - {scale * scale * LOG2E!r} * {x} * {x})")
+    return f"tl.where({x} {'>=' if scale > 0 else '<='} 0, {r}, 2.0 - {r})"
+
+
+@pointwise("div")
+def div(op: Op) -> str:
+    a, b = op.operand("self"), op.operand("other")
+    mode = op.param("rounding_mode")
+    if mode is None:
+        return f"{a} / {b}"
+    if op.compute.is_floating_point:
+        return f"tl.floor({a} / {b})" if mode == "floor" else f"libdevice.trunc({a} / {b})"
+    if mode == "trunc":
+        return f"{a} // {b}"  # Triton's integer // truncates, like C
+    return _int_floor_div(op, a, b)
+
+
+def _int_floor_div(op: Op, a: str, b: str) -> str:
+    a, b = op.temp(a), op.temp(b)
+    q = op.temp(f"{a} // {b}")
+    return f"tl.where(({a} % {b} != 0) & (({a} < 0) != ({b} < 0)), {q} - 1, {q})"
+
+
+@pointwise("remainder")
+def remainder(op: Op) -> str:
+    a, b = op.temp(op.operand("self")), op.temp(op.operand("other"))
+    r = op.temp(f"{a} % {b}")  # C-style: sign of a; PyTorch wants the sign of b
+    return f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})"
+
+
+@pointwise("fmod")
+def fmod(op: Op) -> str:
+    return f"{op.operand('self')} % {op.operand('other')}"
+
+
+@pointwise("maximum", "minimum")
+def maximum(op: Op) -> str:
+    fn = "tl.maximum" if op.node.op_name == "maximum" else "tl.minimum"
+    nan = f", {NAN_ALL}" if op.compute.is_floating_point else ""
+    return f"{fn}({op.operand('self')}, {op.operand('other')}{nan})"
+
+
+@pointwise("clamp", "clamp_min", "clamp_max")
+def clamp(op: Op) -> str:
+    """clamp(x, min, max), clamp_min(x, min), clamp_max(x, max): NaN in any operand gives NaN, as eager."""
+    x = op.operand("self")
+    nan = f", {NAN_ALL}" if op.compute.is_floating_point else ""
+    if op.args.get("min") is not None:
+        x = f"tl.maximum({x}, {op.operand('min')}{nan})"
+    if op.args.get("max") is not None:
+        x = f"tl.minimum({x}, {op.operand('max')}{nan})"
+    return x
+
+
+@pointwise("where")
+def where(op: Op) -> str:
+    return f"tl.where({op.operand('condition', torch.bool)}, {op.operand('self')}, {op.operand('other')})"
+
+
+@pointwise("logical_not")
+def logical_not(op: Op) -> str:
+    return f"{op.operand('self', torch.bool)} == 0"
+
+
+@pointwise("bitwise_not")
+def bitwise_not(op: Op) -> str:
+    x = op.operand("self")
+    return f"{x} == 0" if op.compute == torch.bool else f"~{x}"
+
+
+@pointwise("isnan")
+def isnan(op: Op) -> str:
+    x = op.value("self")
+    return f"{x.code} != {x.code}" if x.dtype.is_floating_point else "0"
+
+
+@pointwise("sign")
+def sign(op: Op) -> str:
+    x = op.temp(op.operand("self"))
+    if op.compute == torch.bool:
+        return x
+    return f"({x} > 0).to({dtypes.triton_dtype(op.compute)}) - ({x} < 0).to({dtypes.triton_dtype(op.compute)})"
+
+
+@pointwise("pow")
+def pow_(op: Op) -> str:
+    base, exponent = op.value("self"), op.value("exponent")
+    if exponent.dtype is None:  # Tensor_Scalar: unroll small integer powers
+        e = exponent.py
+        x = op.temp(cast(base, op.compute))
+        if float(e).is_integer() and 0 <= e <= 4:
+            return " * ".join([x] * int(e)) or literal(1, op.compute)
+        if e == 0.5:
+            return f"libdevice.sqrt({x})"
+        if e == -1:
+            return f"1.0 / {x}"
+        return f"libdevice.pow({x}, {literal(e, op.compute)})"
+    if base.dtype is None and base.py == 2:
+        return f"tl.exp2({cast(exponent, op.compute)})"
+    return f"libdevice.pow({cast(base, op.compute)}, {cast(exponent, op.compute)})"
+
+
+def _pow_supported(node: Node, graph: Graph) -> bool:
+    """Integer powers run in-kernel only with a small constant exponent."""
+    if node.meta.dtype.is_floating_point:
+        return True
+    exponent = bind(node).get("exponent")
+    return isinstance(exponent, (int, float)) and float(exponent).is_integer() and 0 <= exponent <= 4
+
+
+@pointwise("gelu")
+def gelu(op: Op) -> str:
+    x = op.temp(op.operand("self"))
+    fast = op.out_dtype in dtypes.LOW_PRECISION  # see _one_and
+    if op.param("approximate") == "tanh":
+        inner = op.temp(f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})")
+        if fast:  # 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u))
+            return f"libdevice.fast_dividef({x}, 1.0 + tl.exp(-2.0 * {inner}))"
+        return f"0.5 * {x} * (1.0 + libdevice.tanh({inner}))"
+    if fast:  # 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2)
+        return f"0.5 * {x} * {_erfc16(op, x, -0.7071067811865476)}"
+    return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
+
+
+@pointwise("_to_copy", "convert_element_type")
+def to_copy(op: Op) -> str:
+    """The cast is the whole op. A cast to float16/bfloat16 rounds there, as in
+    eager, even though the value then lives on in float32."""
+    source = "self" if "self" in op.args else "a"  # prims.convert_element_type names it `a`
+    if op.out_dtype in dtypes.LOW_PRECISION:
+        return f"{op.operand(source, op.out_dtype)}.to(tl.float32)"
+    return op.operand(source)
+
+
+@pointwise("copy")
+def copy(op: Op) -> str:
+    return op.operand("src")
+
+
+@pointwise("full", "full_like", "scalar_tensor", "fill")
+def full(op: Op) -> str:
+    name = "fill_value" if "fill_value" in op.args else "value" if op.args.get("value") is not None else "s"
+    value = op.scalar(name)
+    return f"tl.full({op.tile}, {literal(value, op.compute)}, {dtypes.triton_dtype(op.compute)})"
+
+
+@pointwise("arange")
+def arange(op: Op) -> str:
+    start, step = op.param("start") or 0, op.param("step") or 1
+    dtype = dtypes.triton_dtype(op.compute)
+    if op.index[0].is_const:
+        return f"tl.full({op.tile}, {literal(start + step * op.index[0].const, op.compute)}, {dtype})"
+    i = op.writer.index_text(op.index[0])
+    if op.compute == torch.int64:  # the index is int32: widen before multiplying (2**30 steps overflow)
+        return f"({i}).to(tl.int64) * {literal(step, op.compute)} + {literal(start, op.compute)}"
+    return f"({literal(start, op.compute)} + {i} * {literal(step, op.compute)}).to({dtype})"
+
+
+@pointwise("round")
+def round_(op: Op) -> str:
+    """Half to even, like torch.round; with decimals, at a scaled position."""
+    x = op.operand("self")
+    if not op.compute.is_floating_point:
+        return x
+    decimals = op.param("decimals") or 0
+    if decimals == 0:
+        return f"libdevice.nearbyint({x})"
+    if decimals > 0:
+        return f"libdevice.nearbyint({x} * {10.0**decimals}) / {10.0**decimals}"
+    return f"libdevice.nearbyint({x} / {10.0**-decimals}) * {10.0**-decimals}"
+
+
+SPECIAL_SUPPORT["pow"] = _pow_supported

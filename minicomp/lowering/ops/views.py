@@ -1,0 +1,291 @@
+"""View and indexed lowering rules: data movement as index arithmetic.
+
+A view rule maps the index of its output to the index of its input (no copy).
+An indexed rule (cat, slice_scatter, constant_pad_nd, a one-hot scatter) builds its value from
+inputs at shifted indexes, each load masked to the part it serves; gather
+reads its input at an index it computes (a `Dyn` atom of the index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from minicomp.ir import Ref, TensorMeta
+from minicomp.ir.dtypes import literal
+from minicomp.lowering.indexing import Dyn, Expr, const, contiguous_strides
+from minicomp.lowering.ops.core import (
+    SPECIAL_SUPPORT,
+    Condition,
+    Op,
+    all_of,
+    bind,
+    broadcast_index,
+    cast,
+    indexed,
+    view,
+)
+
+# -- views: the input's index, given the output's ---------------------------------
+
+
+def _dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+def _input(op: Op) -> tuple[str, TensorMeta]:
+    ref = op.args["self"]
+    return ref.name, op.graph[ref.name].meta
+
+
+@view("alias", "clone", "lift_fresh_copy", "contiguous")
+def identity(op: Op, index):
+    return _input(op)[0], index
+
+
+@view("expand")
+def expand(op: Op, index):
+    name, meta = _input(op)
+    return name, broadcast_index(index, meta.shape)
+
+
+@view("permute")
+def permute(op: Op, index):
+    name, meta = _input(op)
+    dims = [_dim(d, meta.ndim) for d in op.param("dims")]
+    result = [None] * meta.ndim
+    for out_pos, in_dim in enumerate(dims):
+        result[in_dim] = index[out_pos]
+    return name, tuple(result)
+
+
+@view("unsqueeze")
+def unsqueeze(op: Op, index):
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim + 1)
+    return name, index[:d] + index[d + 1 :]
+
+
+@view("squeeze")
+def squeeze(op: Op, index):
+    name, meta = _input(op)
+    dims = op.param("dims") if "dims" in op.args else op.param("dim")
+    dims = range(meta.ndim) if dims is None else [dims] if isinstance(dims, int) else dims
+    dropped = {_dim(d, max(meta.ndim, 1)) for d in dims if meta.ndim and meta.shape[_dim(d, meta.ndim)] == 1}
+    it = iter(index)
+    return name, tuple(const(0) if d in dropped else next(it) for d in range(meta.ndim))
+
+
+@view("select")
+def select(op: Op, index):
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim)
+    i = op.param("index")
+    i = i + meta.shape[d] if i < 0 else i
+    return name, index[:d] + (const(i),) + index[d:]
+
+
+def slice_start(start, size: int) -> int:
+    """PyTorch's start of a slice: negative counts from the end, clamped to [0, size]."""
+    start = 0 if start is None else start
+    start = start + size if start < 0 else start
+    return min(max(start, 0), size)
+
+
+@view("slice")
+def slice_(op: Op, index):
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim)
+    start, step = slice_start(op.param("start"), meta.shape[d]), op.param("step") or 1
+    return name, index[:d] + (index[d] * step + start,) + index[d + 1 :]
+
+
+@view("flip")
+def flip(op: Op, index):
+    name, meta = _input(op)
+    dims = {_dim(d, meta.ndim) for d in op.param("dims")}
+    return name, tuple(const(meta.shape[d] - 1) - e if d in dims else e for d, e in enumerate(index))
+
+
+@view("view", "reshape")
+def reshape(op: Op, index):
+    name, meta = _input(op)
+    return name, reshape_index(index, op.node.meta.shape, meta.shape)
+
+
+def reshape_index(index, out_shape, in_shape) -> tuple[Expr, ...]:
+    """Index into `in_shape` of the element at `index` of the same data viewed as `out_shape`.
+
+    Dims are matched in groups of equal element count (size-1 dims carry no
+    index), so only dims that are really split or merged get // and %.
+    """
+    out_dims = [(e, s) for e, s in zip(index, out_shape) if s != 1]
+    in_sizes = [s for s in in_shape if s != 1]
+    inner: list[Expr] = []
+    o = i = 0
+    while i < len(in_sizes):
+        group_out, group_in = [o], [i]
+        out_n, in_n = out_dims[o][1], in_sizes[i]
+        while out_n != in_n:
+            if out_n < in_n:
+                o += 1
+                out_n *= out_dims[o][1]
+                group_out.append(o)
+            else:
+                i += 1
+                in_n *= in_sizes[i]
+                group_in.append(i)
+        linear = const(0)
+        sizes = [out_dims[k][1] for k in group_out]
+        for k, stride in zip(group_out, contiguous_strides(sizes)):
+            linear = linear + out_dims[k][0] * stride
+        sizes = [in_sizes[k] for k in group_in]
+        inner += [linear.floordiv(stride).mod(size) for size, stride in zip(sizes, contiguous_strides(sizes))]
+        o, i = o + 1, i + 1
+    it = iter(inner)
+    return tuple(const(0) if s == 1 else next(it) for s in in_shape)
+
+
+# -- indexed: values made of inputs at several indexes -----------------------------
+
+
+@indexed("cat")
+def cat(op: Op) -> str:
+    """where(d < n0, x0[d], where(d < n0 + n1, x1[d - n0], ...)), each load masked to its part;
+    a part the index never (or always) falls in is dropped (or taken) as the kernel is written."""
+    ndim = op.node.meta.ndim
+    d = _dim(op.param("dim"), ndim)
+    parts = []
+    start = 0
+    for ref in op.param("tensors"):
+        meta = op.graph[ref.name].meta
+        if meta.ndim != ndim or meta.shape[d] == 0:  # legacy 1-d empty inputs are skipped, like ATen
+            continue
+        parts.append((ref.name, start, start + meta.shape[d]))
+        start += meta.shape[d]
+    pos = op.index[d]
+    result = None
+    for k, (name, lo, hi) in reversed(list(enumerate(parts))):
+        after = op.compare(pos, ">=", lo) if k > 0 else True
+        before = op.compare(pos, "<", hi) if k < len(parts) - 1 else True
+        inside = all_of([after, before])
+        if inside is False:
+            continue
+        index = op.index[:d] + (op.index[d] - lo,) + op.index[d + 1 :]
+        mask = op.mask + ((inside,) if inside is not True else ())
+        v = cast(op.writer.value(name, index, mask), op.compute)
+        result = v if result is None or before is True else f"tl.where({before}, {v}, {result})"
+    return result
+
+
+def _slice_bounds(op: Op, size: int) -> tuple[int, int, int]:
+    start, step = slice_start(op.param("start"), size), op.param("step") or 1
+    end = op.param("end")  # None: to the end (torch.slice_scatter's default), not 0
+    return start, max(size if end is None else slice_start(end, size), start), step
+
+
+def _scatter(op: Op, src: str, inside: Condition, src_index: tuple, base: Callable[[], str]) -> str:
+    """where(inside, src[src_index], base()): `src` written into part of a tensor. `base` is
+    only evaluated (its lines only written) where some lane of this index can take it."""
+    if inside is False:
+        return base()
+    if inside is True:
+        return cast(op.writer.value(src, src_index, op.mask), op.compute)
+    inside = op.temp(inside, torch.bool)
+    value = cast(op.writer.value(src, src_index, op.mask + (inside,)), op.compute)
+    return f"tl.where({inside}, {value}, {base()})"
+
+
+def _in_slice(op: Op, d: int) -> tuple[Condition, Expr]:
+    """(whether index d lies in the slice, the index inside the slice)."""
+    start, end, step = _slice_bounds(op, op.node.meta.shape[d])
+    pos = op.index[d]
+    on_step = op.writer.divides(pos - start, step) if step != 1 else True
+    if on_step is False:  # (an interleaved part off the step: its bounds need no test)
+        return False, (pos - start).floordiv(step)
+    conds = [op.compare(pos, ">=", start)] if start > 0 else []
+    conds += [op.compare(pos, "<", end)] if end < op.node.meta.shape[d] else []
+    return all_of(conds + [on_step]), (pos - start).floordiv(step)
+
+
+@indexed("slice_scatter")
+def slice_scatter(op: Op) -> str:
+    d = _dim(op.param("dim"), op.node.meta.ndim)
+    inside, inner = _in_slice(op, d)
+    return _scatter(
+        op, op.args["src"].name, inside, op.index[:d] + (inner,) + op.index[d + 1 :], lambda: op.operand("self")
+    )
+
+
+@indexed("constant_pad_nd")
+def constant_pad_nd(op: Op) -> str:
+    name, meta = _input(op)
+    pad = op.param("pad")
+    index, conds = list(op.index), []
+    for k in range(len(pad) // 2):
+        d = meta.ndim - 1 - k
+        before = pad[2 * k]
+        conds += [op.compare(op.index[d], ">=", before), op.compare(op.index[d], "<", before + meta.shape[d])]
+        index[d] = op.index[d] - before
+    return _scatter(op, name, all_of(conds), tuple(index), lambda: literal(op.param("value"), op.compute))
+
+
+@indexed("gather")
+def gather(op: Op) -> str:
+    """input[..., index[i], ...] along `dim`: the index tensor is evaluated here and becomes a
+    run-time atom of the input's index (cross-entropy's target logit, read in the same kernel
+    as the row's logsumexp). An index outside [0, size) reads 0 where eager raises: the load
+    is masked so that it never touches memory outside the input."""
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim)
+    where = op.value("index", index=op.index)
+    position = op.temp(cast(where, torch.int32 if meta.shape[d] < 2**31 else torch.int64), torch.int32)
+    index = list(op.index)
+    index[d] = Expr.of(Dyn(position, meta.shape[d], op.writer.is_full(op.index)))
+    inside = op.temp(f"({position} >= 0) & ({position} < {meta.shape[d]})", torch.bool)
+    return cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)
+
+
+@indexed("scatter")
+def scatter(op: Op) -> str:
+    """`self` with `src` (or the scalar `value`) written, along `dim`, at the position the index
+    tensor holds: out[..., j, ...] = src[..., 0, ...] where j == index[..., 0, ...], else
+    self[..., j, ...]. Lowered for an index one long along `dim` (a one-hot: nll_loss's backward
+    scatters -1 at each row's target into zeros), as a compare of the position with the index;
+    positions the index tensor does not cover keep `self`. An index outside [0, size) writes
+    nothing where eager raises."""
+    meta = op.node.meta
+    d = _dim(op.param("dim"), meta.ndim)
+    index_meta = op.graph[op.args["index"].name].meta
+    covered = all_of(
+        op.compare(op.index[k], "<", n) for k, n in enumerate(index_meta.shape) if k != d and n < meta.shape[k]
+    )
+    if covered is False:
+        return op.operand("self")
+    inside = () if covered is True else (op.temp(covered, torch.bool),)
+    at = op.index[:d] + (const(0),) + op.index[d + 1 :]  # where index (and src) are read
+    where = op.writer.value(op.args["index"].name, at, op.mask + inside)
+    hit = " & ".join([f"({op.writer.index_text(op.index[d])} == {where.code})", *inside])
+    src = op.args.get("src")
+    value = (
+        cast(op.writer.value(src.name, at, op.mask + inside), op.compute)
+        if isinstance(src, Ref)
+        else literal(op.param("value"), op.compute)
+    )
+    return f"tl.where({op.temp(hit, torch.bool)}, {value}, {op.operand('self')})"
+
+
+def _scatter_supported(node, graph) -> bool:
+    """One-hot scatters only: no reduce, the index one long along `dim` and as many dims as self."""
+    if node.target._overloadname not in ("value", "src"):
+        return False
+    args = bind(node)
+    meta, index = node.meta, graph[args["index"].name].meta
+    d = _dim(args["dim"], meta.ndim)
+    if meta.ndim == 0 or index.ndim != meta.ndim or index.shape[d] != 1:
+        return False
+    return all(n <= s for n, s in zip(index.shape, meta.shape))
+
+
+SPECIAL_SUPPORT["scatter"] = _scatter_supported

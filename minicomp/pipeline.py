@@ -1,0 +1,159 @@
+"""The pipeline, in one function: ATen graph -> IR -> fusion plan -> source -> module.
+
+    gm --ir.from_fx--> Graph --split_reductions--> Graph --fusion.plan--> Plan
+       --codegen--> source --runtime.load--> call
+
+Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+
+from minicomp import codegen, ir, logs, runtime
+from minicomp.codegen.families import Families
+from minicomp.codegen.module import KernelCall
+from minicomp.ir import Graph, TensorMeta
+from minicomp.lowering.layout import is_dense
+from minicomp.plan import fusion, schedule
+from minicomp.plan.fusion import Plan
+from minicomp.plan.split_reductions import split_reductions
+from minicomp.runtime.launch import Launch
+
+
+@dataclass
+class Compiled:
+    fx: torch.fx.GraphModule  # the captured ATen graph
+    graph: Graph
+    plan: Plan
+    source: str
+    call: Callable  # call(*input tensors) -> tuple of outputs
+    boxed: Callable  # boxed([input tensors]) -> tuple of outputs; empties the list (AOTAutograd's convention)
+    interpret: bool  # runs through Triton's interpreter (CPU tensors)
+    module: types.ModuleType  # the generated module
+    kernels: list[KernelCall]  # its kernel launches, in order
+    times: dict[str, float] = field(default_factory=dict)  # seconds of each compile stage (`breakdown`)
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds this graph's compile spent: its stages (capture when function.py traced it,
+        ir, plan, codegen, load, starting the compiles ahead) and, once the kernels have run, the
+        first calls' waits for their Triton compiles (or loads of a binary an earlier process
+        compiled; the compiles run in threads, side by side) and launch-config tuning; and the
+        counts: kernels whose binary came through Triton's JIT or from a record, and the binaries
+        Triton compiled (tuning candidates included)."""
+        launches = [self.launch(k) for k in self.kernels]
+        return self.times | {
+            "triton compile": sum(la.times.get("compile", 0.0) for la in launches),
+            "tuning": sum(la.times.get("tune", 0.0) for la in launches),
+            "kernels compiled": sum(1 for la in launches if la.jit_compiled is True),
+            "kernels loaded": sum(1 for la in launches if la.jit_compiled is False),
+            "triton compiles": sum(la.compiles for la in launches),
+        }
+
+    def launch(self, kernel: KernelCall) -> Launch:
+        """The `Launch` (launch.py) of one of `kernels`: `.kernel` is the @triton.jit function."""
+        return getattr(self.module, kernel.launcher)
+
+    def bare_arguments(self, kernel: KernelCall, inputs: list[torch.Tensor]) -> list:
+        """Launch arguments for `kernel` on these graph inputs, with fresh outputs: for running
+        one kernel of a one-kernel module by hand (the benchmark's bare Triton launch)."""
+        values = dict(zip(self.graph.inputs, inputs))
+        for name in kernel.writes:
+            meta = self.graph[name].meta
+            values[name] = torch.empty_strided(
+                meta.shape, self.plan.strides[name], dtype=meta.dtype, device=meta.device
+            )
+        missing = [b for b in kernel.buffers if b not in values]
+        if missing:
+            raise ValueError(f"{kernel.name} reads {missing}, which are not graph inputs")
+        return kernel.arguments(values)
+
+
+def compile_graph(
+    gm: torch.fx.GraphModule,
+    name: str = "fn",
+    input_names: list[str] | None = None,
+    families: Families | None = None,
+    freed_inputs: frozenset[str] = frozenset(),
+    output_layouts: list[tuple[int, ...] | None] | None = None,
+) -> Compiled:
+    """Compile one ATen graph. `families`: the kernel families of the function being compiled
+    (codegen/families.py), so a new size of the same function reuses its kernels' text.
+    `freed_inputs`: inputs the caller hands over (a backward's saved activations), so the order
+    of the steps may count on their memory going at their last use (schedule.py).
+    `output_layouts`: strides wanted for the outputs, by position (a backward's: its leaves')."""
+    clock = _Clock()
+    graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
+    graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
+    logs.graph.info("%s: IR\n%s", name, graph)
+    clock.lap("ir")
+    plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
+    plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
+    plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
+    logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
+    clock.lap("plan")
+    rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text
+    source = rendered.text
+    logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
+    clock.lap("codegen")
+    interpret = _runs_on_cpu(graph)
+    module = runtime.load(source, name, interpret)
+    clock.lap("load")
+    if not interpret:
+        _compile_ahead(module, rendered.kernels, graph)
+        clock.lap("compile ahead")  # starting it: the compiles run in threads until the first call needs them
+    call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
+    boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
+    boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
+    return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+
+
+def _with_output_layouts(plan: Plan, layouts: list[tuple[int, ...] | None]) -> Plan:
+    """The plan with each output a pointwise kernel writes, and nothing else reads, allocated with
+    the strides `layouts` gives its position (when they lay its shape out densely, without
+    overlap): a backward's input gradients in their leaves' layouts (autograd.input_layouts).
+    The kernel walks its space in the order of those strides, so its stores stay contiguous."""
+    graph, strides = plan.graph, dict(plan.strides)
+    pointwise = {name for k in plan.kernels if k.kind == "pointwise" for name in k.stores}
+    for name, wanted in zip(graph.outputs, layouts):
+        if not isinstance(name, str) or wanted is None or name not in pointwise or graph.users(name):
+            continue
+        meta = graph[name].meta
+        if graph.outputs.count(name) != 1 or len(wanted) != meta.ndim or not is_dense(meta.shape, wanted):
+            continue
+        strides[name] = tuple(wanted)
+    return plan if strides == plan.strides else dataclasses.replace(plan, strides=strides)
+
+
+def _compile_ahead(module: types.ModuleType, kernels: list[KernelCall], graph: Graph) -> None:
+    """Start every kernel's Triton compile now, in threads (launch.py `prepare`), each for the
+    argument types its launch will get: the buffers' dtypes and the literal integers."""
+    for kernel in kernels:
+        signature = [graph[b].meta.dtype for b in kernel.buffers] + list(kernel.scalars)
+        getattr(module, kernel.launcher).prepare(signature)
+
+
+class _Clock:
+    """Seconds between laps, by name."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.times[name] = now - self.last
+        self.last = now
+
+
+def _runs_on_cpu(graph: Graph) -> bool:
+    metas = [graph[n].meta for n in graph.order if isinstance(graph[n].meta, TensorMeta)]
+    return all(m.device.type == "cpu" for m in metas)

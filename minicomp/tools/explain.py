@@ -1,0 +1,208 @@
+"""`minicomp.explain(fn, *args)`: every stage of one compile, as text and as a picture.
+
+    report = minicomp.explain(bias_gelu, x, b, image="bias_gelu.svg")
+    print(report)
+
+Sections: the captured ATen FX graph, the IR, the fusion plan (kernels,
+extern calls, and why each edge that crosses a kernel boundary was not fused),
+the generated module, and on a GPU the measured time of every kernel the call
+launched. With inputs that need gradients, forward and backward each get the
+same sections. The image draws the IR graph with each node colored by the
+kernel that computes it (see `graph_svg`).
+
+`minicomp explain [rope|bias_gelu|...] [--image FILE]` does this for a built-in example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch.utils import _pytree as pytree
+
+from minicomp.dispatch.autograd import TrainingEntry
+from minicomp.dispatch.function import JitFunction
+
+if TYPE_CHECKING:  # the compiler loads with the first compile, not with `import minicomp`
+    from minicomp.pipeline import Compiled
+    from minicomp.plan.fusion import Kernel
+
+PALETTE = ["#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f6bd60", "#84a59d", "#b5838d"]
+
+
+@dataclass
+class Explanation:
+    sections: list[tuple[str, str]] = field(default_factory=list)  # (title, text)
+    image: Path | None = None
+
+    def __str__(self) -> str:
+        return "\n\n".join(f"==== {title} ====\n{text.rstrip()}" for title, text in self.sections)
+
+
+def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation:
+    """Compile fn for these arguments and describe every stage; write the graph image to `image` (.svg)."""
+    jitted = fn if isinstance(fn, JitFunction) else JitFunction(fn)
+    entry = jitted.entry(*args, **kwargs)
+    if isinstance(entry, TrainingEntry) and entry.backward is None:
+        _run_backward_once(jitted, args, kwargs)  # AOTAutograd compiles the backward on first use
+    graphs = (
+        [("forward", entry.forward), ("backward", entry.backward)]
+        if isinstance(entry, TrainingEntry)
+        else [("", entry.compiled)]
+    )
+    if graphs[0][1] is None:
+        return Explanation([("eager", f"{jitted.__name__} could not be compiled for these arguments; it runs eagerly")])
+    report = Explanation()
+    for role, compiled in graphs:
+        if compiled is None:
+            continue
+        tag = f" ({role})" if role else ""
+        report.sections += [
+            (f"captured ATen graph{tag}", compiled.fx.print_readable(print_output=False)),
+            (f"IR{tag}", compiled.graph.describe(compiled.plan.kinds)),
+            (
+                f"fusion plan{tag}",
+                str(compiled.plan) + ("" if compiled.plan.refusals else "\nnot fused: nothing (no edge was refused)"),
+            ),
+            (f"generated module{tag}", compiled.source),
+            (f"compile time{tag}", compile_time(compiled)),
+        ]
+    if torch.cuda.is_available() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        report.sections.append(("kernel times (GPU)", kernel_times(jitted, args, kwargs)))
+    if image is not None:
+        report.image = Path(image)
+        report.image.write_text(graph_svg(graphs[0][1], title=f"{jitted.__name__}: fusion clusters"))
+        report.sections.append(("image", f"graph with fusion clusters written to {report.image}"))
+    return report
+
+
+def _run_backward_once(jitted: JitFunction, args, kwargs) -> None:
+    """Forward and backward on copies of the arguments (the caller's .grad stays untouched)."""
+    copy = lambda a: a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a  # noqa: E731
+    outputs = [
+        o
+        for o in pytree.tree_leaves(jitted(*map(copy, args), **{k: copy(v) for k, v in kwargs.items()}))
+        if isinstance(o, torch.Tensor) and o.requires_grad
+    ]
+    torch.autograd.backward(outputs, [torch.ones_like(o) for o in outputs])
+
+
+def compile_time(compiled: Compiled) -> str:
+    """The compile's stages in seconds, and its kernels' Triton compiles and tuning once they ran
+    (a GPU's first call; the CPU interprets, nothing compiles)."""
+    lines = []
+    for stage, value in compiled.breakdown().items():
+        lines.append(f"{stage:16} {value:d}" if isinstance(value, int) else f"{stage:16} {value:.4f} s")
+    return "\n".join(lines)
+
+
+def kernel_times(jitted: JitFunction, args, kwargs, repeats: int = 20) -> str:
+    """Median GPU time of each kernel one call launches, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    jitted(*args, **kwargs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            jitted(*args, **kwargs)
+        torch.cuda.synchronize()
+    rows = [
+        (e.key, e.device_time_total / max(e.count, 1), e.count // repeats)
+        for e in prof.key_averages()
+        if e.device_time_total > 0
+    ]
+    return "\n".join(f"    {name:60} {us:9.2f} us  x{n}" for name, us, n in rows) or "    (no kernels recorded)"
+
+
+# -- the picture ------------------------------------------------------------------
+
+
+def graph_svg(compiled: Compiled, title: str = "") -> str:
+    """The IR graph as SVG: one column per topological generation, nodes colored by kernel.
+
+    White: graph inputs; gray: extern ATen calls; a color per kernel (legend at
+    the bottom). A node drawn with a thick border is written to memory.
+    """
+    import networkx as nx
+
+    graph, plan = compiled.graph, compiled.plan
+    kernel_of: dict[str, Kernel] = {}
+    for kernel in plan.kernels:
+        for name in kernel.nodes + kernel.stores:
+            kernel_of.setdefault(name, kernel)
+    columns = list(nx.topological_generations(graph.dag))
+    w, h, gap_x, gap_y = 150, 34, 60, 18
+    pos = {
+        n: (20 + i * (w + gap_x), 50 + j * (h + gap_y))
+        for i, col in enumerate(columns)
+        for j, n in enumerate(sorted(col, key=graph.order.index))
+    }
+    rows = max((len(c) for c in columns), default=1)
+    legend_y = 50 + rows * (h + gap_y) + 10
+    width = max(20 + len(columns) * (w + gap_x), 400)
+    height = legend_y + 24 * (len(plan.kernels) + 2)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
+        'font-size="11">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" '
+        'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="20" y="25" font-size="14">{html.escape(title)}</text>',
+    ]
+    for a, b in graph.dag.edges:
+        (x1, y1), (x2, y2) = pos[a], pos[b]
+        out.append(
+            f'<line x1="{x1 + w}" y1="{y1 + h / 2}" x2="{x2}" y2="{y2 + h / 2}" stroke="#555" '
+            'marker-end="url(#arrow)"/>'
+        )
+    for name, (x, y) in pos.items():
+        node = graph[name]
+        kernel = kernel_of.get(name)
+        fill = "#ffffff" if node.is_input else "#d0d0d0" if kernel is None else PALETTE[kernel.index % len(PALETTE)]
+        stroke = 3 if name in plan.materialized or name in graph.outputs else 1
+        label = f"{name} (input)" if node.is_input else f"{name} = {node.op_name}"
+        out.append(
+            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" stroke="#222" '
+            f'stroke-width="{stroke}"><title>{html.escape(label)} {html.escape(str(node.meta))}</title></rect>'
+        )
+        out.append(f'<text x="{x + 6}" y="{y + 14}">{html.escape(name[:20])}</text>')
+        out.append(f'<text x="{x + 6}" y="{y + 27}" fill="#333">{html.escape(node.op_name[:20])}</text>')
+    for i, kernel in enumerate(plan.kernels):
+        y = legend_y + 24 * i
+        out.append(
+            f'<rect x="20" y="{y}" width="16" height="16" fill="{PALETTE[kernel.index % len(PALETTE)]}" stroke="#222"/>'
+        )
+        out.append(
+            f'<text x="44" y="{y + 12}">{html.escape(kernel.name)}: {len(kernel.nodes)} ops, reads '
+            f"{html.escape(', '.join(kernel.loads))}, writes {html.escape(', '.join(kernel.stores))}</text>"
+        )
+    y = legend_y + 24 * len(plan.kernels)
+    out.append(
+        f'<text x="20" y="{y + 12}">gray: extern ATen call   white: input   thick border: written to memory</text>'
+    )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+# -- `minicomp explain` ---------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    from minicomp.tools.workloads import WORKLOADS
+
+    examples = {name: work for name, work in WORKLOADS.items() if not work.backward}
+    parser = argparse.ArgumentParser(prog="minicomp explain", description=__doc__.split("\n\n")[0])
+    parser.add_argument("example", nargs="?", default="rope_fw", choices=list(examples))
+    parser.add_argument("--image", default=None, help="write the graph picture here (default: <example>.svg)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    work = examples[args.example]
+    size = work.sizes[0] if device.type == "cuda" else 8
+    inputs = work.make(size, getattr(torch, args.dtype), device)
+    print(explain(work.fn, *inputs, image=args.image or f"{args.example}.svg"))
+    return 0

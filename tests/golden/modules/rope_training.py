@@ -1,0 +1,214 @@
+"""minicomp: generated module for `rope_forward` on cpu.
+
+Inputs:
+    q: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1)
+    k: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1)
+    cos: float32[16, 64] stride (64, 1)
+    sin: float32[16, 64] stride (64, 1)
+
+ATen graph:
+    q: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = input
+    k: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = input
+    cos: float32[16, 64] stride (64, 1) cpu = input
+    sin: float32[16, 64] stride (64, 1) cpu = input
+    mul: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(q, cos)  # pointwise
+    slice_1: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(q, 3, 32, 9223372036854775807)  # view
+    neg: float32[2, 4, 16, 32] stride (2048, 512, 32, 1) cpu = aten.neg.default(slice_1)  # pointwise
+    slice_2: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(q, 3, 0, 32)  # view
+    cat: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.cat.default([neg, slice_2], -1)  # view
+    mul_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(cat, sin)  # pointwise
+    add: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(mul, mul_1)  # pointwise
+    mul_2: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(k, cos)  # pointwise
+    slice_3: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(k, 3, 32, 9223372036854775807)  # view
+    neg_1: float32[2, 4, 16, 32] stride (2048, 512, 32, 1) cpu = aten.neg.default(slice_3)  # pointwise
+    slice_4: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(k, 3, 0, 32)  # view
+    cat_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.cat.default([neg_1, slice_4], -1)  # view
+    mul_3: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(cat_1, sin)  # pointwise
+    add_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(mul_2, mul_3)  # pointwise
+    return ['add', 'add_1', 'cos', 'sin']
+
+Plan:
+    kernel mc_fused_mul_slice_neg_cat_add_0  stage 0  space [2, 4, 16, 64]
+        computes ['mul', 'slice_1', 'neg', 'slice_2', 'cat', 'mul_1', 'add', 'mul_2', 'slice_3', 'neg_1', 'slice_4', 'cat_1', 'mul_3', 'add_1']
+        reads ['q', 'k', 'cos', 'sin']  writes ['add', 'add_1']
+"""
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from minicomp.runtime import Launch
+
+
+# kernel 0: mul, slice_1, neg, slice_2, cat, mul_1, add, mul_2, slice_3, neg_1, slice_4, cat_1, mul_3, add_1
+#   aten ops: mul, slice, neg, cat, add
+#   iteration space: [2 x 4 x 16 x 64] (dims [0, 1, 2, 3] of [2, 4, 16, 64])
+#   reads q, k, cos, sin; writes add, add_1
+#   dim 3 (64) walked as 2 parts of 32: each part's cat/slice choices are decided in its own lines
+@triton.jit
+def mc_fused_mul_slice_neg_cat_add_0(q_ptr, cos_ptr, sin_ptr, k_ptr, out0_ptr, out1_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x2 = (offsets // 32) % 16
+    x3 = offsets % 32
+    q = tl.load(q_ptr + (x3 + 64*(offsets // 32)), mask=mask, other=0)
+    cos = tl.load(cos_ptr + (64*x2 + x3), mask=mask, other=0)
+    q_1 = tl.load(q_ptr + (x3 + 64*(offsets // 32) + 32), mask=mask, other=0)
+    sin = tl.load(sin_ptr + (64*x2 + x3), mask=mask, other=0)
+    k = tl.load(k_ptr + (x3 + 64*(offsets // 32)), mask=mask, other=0)
+    k_1 = tl.load(k_ptr + (x3 + 64*(offsets // 32) + 32), mask=mask, other=0)
+    cos_1 = tl.load(cos_ptr + (64*x2 + x3 + 32), mask=mask, other=0)
+    sin_1 = tl.load(sin_ptr + (64*x2 + x3 + 32), mask=mask, other=0)
+    # part 0 of 2
+    mul = q * cos  # aten.mul.Tensor
+    neg = q_1 * -1.0  # aten.neg.default
+    mul_1 = neg * sin  # aten.mul.Tensor
+    add = mul + mul_1  # aten.add.Tensor
+    mul_2 = k * cos  # aten.mul.Tensor
+    neg_1 = k_1 * -1.0  # aten.neg.default
+    mul_3 = neg_1 * sin  # aten.mul.Tensor
+    add_1 = mul_2 + mul_3  # aten.add.Tensor
+    # part 1 of 2
+    mul_4 = q_1 * cos_1  # aten.mul.Tensor
+    mul_1_1 = q * sin_1  # aten.mul.Tensor
+    add_2 = mul_4 + mul_1_1  # aten.add.Tensor
+    mul_2_1 = k_1 * cos_1  # aten.mul.Tensor
+    mul_3_1 = k * sin_1  # aten.mul.Tensor
+    add_1_1 = mul_2_1 + mul_3_1  # aten.add.Tensor
+    tl.store(out0_ptr + (x3 + 64*(offsets // 32)), add, mask=mask)
+    tl.store(out1_ptr + (x3 + 64*(offsets // 32)), add_1, mask=mask)
+    tl.store(out0_ptr + (x3 + 64*(offsets // 32) + 32), add_2, mask=mask)
+    tl.store(out1_ptr + (x3 + 64*(offsets // 32) + 32), add_1_1, mask=mask)
+
+
+launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, numel=4096, device="cpu", parts=2)
+
+
+def call(q, k, cos, sin):
+    return call_boxed([q, k, cos, sin])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    q, k, cos, sin = args
+    args.clear()
+    add = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
+    add_1 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
+    launch_0(q, cos, sin, k, add, add_1, 4096)  # mc_fused_mul_slice_neg_cat_add_0
+    del k, q
+    return (add, add_1, cos, sin)
+
+
+# ---- backward ----
+
+"""minicomp: generated module for `rope_backward` on cpu.
+
+Inputs:
+    primals_3: float32[16, 64] stride (64, 1)
+    primals_4: float32[16, 64] stride (64, 1)
+    tangents_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1)
+    tangents_2: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1)
+
+ATen graph:
+    primals_3: float32[16, 64] stride (64, 1) cpu = input
+    primals_4: float32[16, 64] stride (64, 1) cpu = input
+    tangents_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = input
+    tangents_2: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = input
+    mul_4: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(tangents_2, primals_4)  # pointwise
+    slice_5: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(mul_4, 3, 0, 32)  # view
+    slice_6: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(mul_4, 3, 32, 64)  # view
+    full: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.full.default([2, 4, 16, 64], 0, dtype=torch.float32, layout=torch.strided, device=device(type='cpu'), pin_memory=False)  # pointwise
+    slice_scatter: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.slice_scatter.default(full, slice_6, 3, 0, 32)  # view
+    neg_2: float32[2, 4, 16, 32] stride (2048, 512, 32, 1) cpu = aten.neg.default(slice_5)  # pointwise
+    slice_scatter_1: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.slice_scatter.default(full, neg_2, 3, 32, 9223372036854775807)  # view
+    add_2: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(slice_scatter, slice_scatter_1)  # pointwise
+    mul_5: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(tangents_2, primals_3)  # pointwise
+    add_3: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(add_2, mul_5)  # pointwise
+    mul_6: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(tangents_1, primals_4)  # pointwise
+    slice_7: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(mul_6, 3, 0, 32)  # view
+    slice_8: float32[2, 4, 16, 32] stride (4096, 1024, 64, 1) cpu = aten.slice.Tensor(mul_6, 3, 32, 64)  # view
+    slice_scatter_2: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.slice_scatter.default(full, slice_8, 3, 0, 32)  # view
+    neg_3: float32[2, 4, 16, 32] stride (2048, 512, 32, 1) cpu = aten.neg.default(slice_7)  # pointwise
+    slice_scatter_3: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.slice_scatter.default(full, neg_3, 3, 32, 9223372036854775807)  # view
+    add_4: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(slice_scatter_2, slice_scatter_3)  # pointwise
+    mul_7: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.mul.Tensor(tangents_1, primals_3)  # pointwise
+    add_5: float32[2, 4, 16, 64] stride (4096, 1024, 64, 1) cpu = aten.add.Tensor(add_4, mul_7)  # pointwise
+    return ['add_5', 'add_3', None, None]
+
+Plan:
+    kernel mc_fused_mul_slice_full_slice_scatter_neg_add_0  stage 0  space [2, 4, 16, 64]
+        computes ['mul_4', 'slice_5', 'slice_6', 'full', 'slice_scatter', 'neg_2', 'slice_scatter_1', 'add_2', 'mul_5', 'add_3', 'mul_6', 'slice_7', 'slice_8', 'slice_scatter_2', 'neg_3', 'slice_scatter_3', 'add_4', 'mul_7', 'add_5']
+        reads ['primals_3', 'primals_4', 'tangents_1', 'tangents_2']  writes ['add_3', 'add_5']
+"""
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from minicomp.runtime import Launch
+
+
+# kernel 0: mul_4, slice_5, slice_6, full, slice_scatter, neg_2, slice_scatter_1, add_2, mul_5, add_3, mul_6, slice_7, slice_8, slice_scatter_2, neg_3, slice_scatter_3, add_4, mul_7, add_5
+#   aten ops: mul, slice, full, slice_scatter, neg, add
+#   iteration space: [2 x 4 x 16 x 64] (dims [0, 1, 2, 3] of [2, 4, 16, 64])
+#   reads primals_3, primals_4, tangents_1, tangents_2; writes add_3, add_5
+#   dim 3 (64) walked as 2 parts of 32: each part's cat/slice choices are decided in its own lines
+@triton.jit
+def mc_fused_mul_slice_full_slice_scatter_neg_add_0(tangents_2_ptr, primals_4_ptr, primals_3_ptr, tangents_1_ptr, out0_ptr, out1_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x2 = (offsets // 32) % 16
+    x3 = offsets % 32
+    tangents_2 = tl.load(tangents_2_ptr + (x3 + 64*(offsets // 32) + 32), mask=mask, other=0)
+    primals_4 = tl.load(primals_4_ptr + (64*x2 + x3 + 32), mask=mask, other=0)
+    tangents_2_1 = tl.load(tangents_2_ptr + (x3 + 64*(offsets // 32)), mask=mask, other=0)
+    primals_3 = tl.load(primals_3_ptr + (64*x2 + x3), mask=mask, other=0)
+    tangents_1 = tl.load(tangents_1_ptr + (x3 + 64*(offsets // 32) + 32), mask=mask, other=0)
+    tangents_1_1 = tl.load(tangents_1_ptr + (x3 + 64*(offsets // 32)), mask=mask, other=0)
+    primals_4_1 = tl.load(primals_4_ptr + (64*x2 + x3), mask=mask, other=0)
+    primals_3_1 = tl.load(primals_3_ptr + (64*x2 + x3 + 32), mask=mask, other=0)
+    # part 0 of 2
+    mul_4 = tangents_2 * primals_4  # aten.mul.Tensor
+    full = tl.full([BLOCK_SIZE], 0.0, tl.float32)  # aten.full.default
+    add_2 = mul_4 + full  # aten.add.Tensor
+    mul_5 = tangents_2_1 * primals_3  # aten.mul.Tensor
+    add_3 = add_2 + mul_5  # aten.add.Tensor
+    mul_6 = tangents_1 * primals_4  # aten.mul.Tensor
+    add_4 = mul_6 + full  # aten.add.Tensor
+    mul_7 = tangents_1_1 * primals_3  # aten.mul.Tensor
+    add_5 = add_4 + mul_7  # aten.add.Tensor
+    # part 1 of 2
+    mul_4_1 = tangents_2_1 * primals_4_1  # aten.mul.Tensor
+    neg_2 = mul_4_1 * -1.0  # aten.neg.default
+    add_2_1 = full + neg_2  # aten.add.Tensor
+    mul_5_1 = tangents_2 * primals_3_1  # aten.mul.Tensor
+    add_3_1 = add_2_1 + mul_5_1  # aten.add.Tensor
+    mul_6_1 = tangents_1_1 * primals_4_1  # aten.mul.Tensor
+    neg_3 = mul_6_1 * -1.0  # aten.neg.default
+    add_4_1 = full + neg_3  # aten.add.Tensor
+    mul_7_1 = tangents_1 * primals_3_1  # aten.mul.Tensor
+    add_5_1 = add_4_1 + mul_7_1  # aten.add.Tensor
+    tl.store(out0_ptr + (x3 + 64*(offsets // 32)), add_3, mask=mask)
+    tl.store(out1_ptr + (x3 + 64*(offsets // 32)), add_5, mask=mask)
+    tl.store(out0_ptr + (x3 + 64*(offsets // 32) + 32), add_3_1, mask=mask)
+    tl.store(out1_ptr + (x3 + 64*(offsets // 32) + 32), add_5_1, mask=mask)
+
+
+launch_0 = Launch(mc_fused_mul_slice_full_slice_scatter_neg_add_0, numel=4096, device="cpu", parts=2)
+
+
+def call(primals_3, primals_4, tangents_1, tangents_2):
+    return call_boxed([primals_3, primals_4, tangents_1, tangents_2])
+
+
+def call_boxed(args):
+    """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
+    primals_3, primals_4, tangents_1, tangents_2 = args
+    args.clear()
+    add_3 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
+    add_5 = torch.empty_strided((2, 4, 16, 64), (4096, 1024, 64, 1), dtype=torch.float32, device='cpu')
+    launch_0(tangents_2, primals_4, primals_3, tangents_1, add_3, add_5, 4096)  # mc_fused_mul_slice_full_slice_scatter_neg_add_0
+    del primals_3, primals_4, tangents_1, tangents_2
+    return (add_5, add_3, None, None)

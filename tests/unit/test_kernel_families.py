@@ -1,0 +1,118 @@
+"""Kernel families (codegen/families.py): a new sequence length reuses one kernel text with runtime sizes."""
+
+import re
+
+import pytest
+import torch
+import workloads as w
+from conftest import kernel_text
+
+import minicomp
+from minicomp.codegen import families
+from minicomp.runtime import launch
+
+
+def rope_inputs(seq, head_dim=16, layout="BHSD", requires_grad=False, device="cpu"):
+    shape = (2, 3, seq, head_dim) if layout == "BHSD" else (2, seq, 3, head_dim)
+    table = (seq, head_dim) if layout == "BHSD" else (seq, 1, head_dim)
+    q, k = (torch.randn(shape, device=device, requires_grad=requires_grad) for _ in range(2))
+    return [q, k, torch.randn(table, device=device), torch.randn(table, device=device)]
+
+
+def check_rope(fn, inputs):
+    out = fn(*inputs)
+    expected = w.rope(*inputs)
+    torch.testing.assert_close(out, expected)
+    if inputs[0].requires_grad:
+        grads = [torch.randn_like(o) for o in expected]
+        got = torch.autograd.grad(out, inputs[:2], grads)
+        torch.testing.assert_close(got, torch.autograd.grad(expected, inputs[:2], grads))
+
+
+@pytest.mark.parametrize("layout", ["BHSD", "BSHD"])
+def test_sequence_lengths_after_the_second_share_one_kernel_text(layout, device):
+    fn = minicomp.jit(w.rope)
+    texts = []
+    for seq in (8, 16, 24, 40):
+        inputs = rope_inputs(seq, layout=layout, device=device)
+        check_rope(fn, inputs)
+        texts.append(kernel_text(fn.source(*inputs)))
+    assert "s0" not in texts[0][0]  # the first length keeps its constants
+    assert ", s0, BLOCK_SIZE" in texts[1][0]  # the second makes the sequence length an argument
+    assert texts[1] == texts[2] == texts[3]  # and every later one reuses that text
+    size = 40 * 16 if layout == "BHSD" else 40  # cos's index: offsets % (S*D), or x1 % S
+    assert f"runtime sizes: s0 = {size} " in fn.source(*rope_inputs(40, layout=layout, device=device))
+
+
+def test_the_backward_kernel_joins_a_family_too(device):
+    fn = minicomp.jit(w.rope)
+    texts = []
+    for seq in (8, 16, 24):
+        inputs = rope_inputs(seq, requires_grad=True, device=device)
+        check_rope(fn, inputs)
+        texts.append(kernel_text(fn.source(*inputs)))
+    assert len(texts[1]) == 2 and texts[1] == texts[2]
+
+
+def test_a_member_that_differs_somewhere_new_widens_the_family():
+    """A new head dim changes literals the sequence length never touched: they become sizes too."""
+    fn = minicomp.jit(w.rope)
+    for seq, head_dim in [(8, 16), (16, 16), (16, 32), (24, 64), (8, 16)]:
+        check_rope(fn, rope_inputs(seq, head_dim))
+    source = fn.source(*rope_inputs(24, 64))
+    assert re.search(r"x3 = offsets % s\d", source)  # the head dim is an argument now
+
+
+def test_only_marked_sizes_can_become_runtime_arguments():
+    text = "x3 = offsets % «128»\ny = 1e-05 * x3 + 0.5 - q_1 + 3 + «2048»\nz = tl.float32"
+    spans = families.size_spans(text)
+    assert [text[a:b] for a, b in spans] == ["«128»", "«2048»"]
+
+
+def test_a_family_serves_only_members_equal_outside_their_sizes():
+    family = families.Family(first=(128, 64, 2048, 2048))
+    family.widen((128, 64, 4096, 4096))  # positions 2 and 3 moved together: one size
+    assert family.groups == [[2, 3]]
+    assert family.values((128, 64, 512, 512)) == [512]
+    assert family.values((128, 32, 512, 512)) is None  # differs where the template has a constant
+    assert family.values((128, 64, 512, 1024)) is None  # the shared size would need two values
+
+
+def test_launch_records_tell_integer_specializations_apart():
+    """Triton specializes an int argument on == 1 and on divisibility by 16: a binary
+    compiled for one class must not be loaded for another."""
+    classes = {launch._int_class(v) for v in (1, 16, 4096, 17, 2**33)}
+    assert len(classes) == 4 and launch._int_class(16) == launch._int_class(4096)
+
+
+def test_a_value_literal_never_becomes_a_runtime_argument(device):
+    """`x + k` on int8 with k = 100, then 50: a runtime int32 `s0` would compute in int32 (no
+    wrap-around) and turn int8's 100 + 50 = -106 into 150 > 0. Values are constants of the text."""
+    fn = minicomp.jit(lambda x, k: (x + k) > 0)
+    x = torch.tensor([100, 1, -3], dtype=torch.int8, device=device)
+    for k in (100, 50, 27):
+        assert torch.equal(fn(x, k), (x + k) > 0)
+    assert "s0" not in fn.source(x, 50) and "+ 50" in fn.source(x, 50)
+
+
+def test_a_fill_value_stays_a_constant_while_sizes_vary(device):
+    """Sizes (marked by the index code) vary in a family; the fill value of `full` does not."""
+    fn = minicomp.jit(lambda x, v: x * 2 + torch.full_like(x, v))
+    for n, v in [(8, 3), (16, 3), (24, 5)]:
+        x = torch.arange(n * 4, dtype=torch.int32, device=device).reshape(n, 4)
+        assert torch.equal(fn(x, v), x * 2 + v)
+    assert "tl.full([BLOCK_SIZE], 5, tl.int32)" in fn.source(x, 5)
+
+
+def test_families_belong_to_the_function_that_compiled_them(tmp_path, monkeypatch):
+    """What one function saw never changes another's code: a fresh jit of the same
+    function starts with every size a constant (in an empty cache: an entry on disk is
+    served as it was compiled)."""
+    monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+    first = minicomp.jit(w.rope)
+    for seq in (8, 16):
+        check_rope(first, rope_inputs(seq))
+    assert "runtime sizes" in first.source(*rope_inputs(16))
+    second = minicomp.jit(w.rope)
+    check_rope(second, rope_inputs(16))
+    assert "runtime sizes" not in second.source(*rope_inputs(16))

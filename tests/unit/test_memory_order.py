@@ -1,0 +1,180 @@
+"""Memory of a generated call: the order of its steps (schedule.py) and outputs written in place
+over a buffer the kernel reads for the last time (codegen/module.py `_hosts`).
+
+Issue #16: a decoder block's training step held 817 MiB at its peak against Inductor's 663; the
+backward ran the MLP's weight-gradient matmul after the kernel that writes the gate and up
+gradients, and allocated those next to the matmul result they came from.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import check
+
+import minicomp
+from minicomp import config, ir
+from minicomp.plan import fusion, schedule, storages
+from minicomp.runtime import launch
+from minicomp.tools.workloads import WORKLOADS, llama_block
+
+HOSTED = re.compile(r"^\s*(\w+) = (\w+)(?:\.as_strided\(.*\))?  # in \2's memory", re.M)
+
+
+def hosted(source: str) -> dict[str, str]:
+    """store -> the buffer whose memory it was written into, from a module's `call`."""
+    return {m.group(1): m.group(2) for m in HOSTED.finditer(source)}
+
+
+def mlp(x, w_gate, w_up, w_down):
+    return (F.silu(x @ w_gate) * (x @ w_up)) @ w_down
+
+
+def test_intermediate_is_written_over_the_matmul_result_it_reads(device):
+    x, w, w2 = (torch.randn(s, device=device) for s in ((64, 32), (32, 48), (48, 16)))
+    source = check(lambda x, w, w2: (torch.relu(x @ w) * 2) @ w2, x, w, w2)
+    assert hosted(source) == {"mul": "mm"}
+
+
+def test_output_is_never_written_in_place(device):
+    x, w = torch.randn(64, 32, device=device), torch.randn(32, 48, device=device)
+    source = check(lambda x, w: torch.relu(x @ w) * 2, x, w)
+    assert hosted(source) == {}
+
+
+def test_buffer_read_at_other_addresses_is_not_overwritten(device):
+    x, w, w2 = (torch.randn(s, device=device) for s in ((64, 32), (32, 48), (48, 16)))
+    source = check(lambda x, w, w2: (torch.relu(x @ w).flip(0) * 2) @ w2, x, w, w2)
+    assert hosted(source) == {}
+
+
+def test_buffer_read_again_later_is_not_overwritten(device):
+    x, w, w2 = (torch.randn(s, device=device) for s in ((64, 32), (32, 48), (48, 16)))
+    source = check(lambda x, w, w2: (lambda y: ((torch.relu(y) * 2) @ w2, y @ w2))(x @ w), x, w, w2)
+    assert hosted(source) == {}  # mm is read by a matmul after the pointwise kernel
+
+
+def test_input_is_never_overwritten(device):
+    x, w2 = torch.randn(64, 48, device=device), torch.randn(48, 16, device=device)
+    source = check(lambda x, w2: (torch.relu(x) * 2) @ w2, x, w2)
+    assert hosted(source) == {}
+
+
+def test_backward_frees_the_saved_activation_before_allocating_gradients(device):
+    """The weight gradient of `w_down` (the last use of the saved hidden state) runs before the
+    kernel that writes the gate and up gradients, and one of those goes into the matmul result
+    it reads; the gradients match eager."""
+    x, wg, wu, wd = (
+        torch.randn(s, device=device, requires_grad=True) for s in ((256, 16), (16, 64), (16, 64), (64, 16))
+    )
+    ref = [t.detach().clone().requires_grad_() for t in (x, wg, wu, wd)]
+    fn = minicomp.jit(mlp)
+    grad = torch.randn(256, 16, device=device)
+    fn(x, wg, wu, wd).backward(grad)
+    mlp(*ref).backward(grad)
+    for a, b in zip((x, wg, wu, wd), ref):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+    backward = fn.entry(x, wg, wu, wd).backward.source
+    call = backward[backward.index("def call_boxed") :]
+    lines = call.splitlines()
+    reads_saved = next(
+        i for i, line in enumerate(lines) if re.search(r"= torch\.ops\.aten\.mm\.default\(permute", line)
+    )
+    first_kernel = next(i for i, line in enumerate(lines) if line.strip().startswith("launch_"))
+    assert reads_saved < first_kernel, call
+    assert len(hosted(backward)) == 1, call
+
+
+def _block_plan(freed: bool):
+    """The decoder block's backward plan at tiny sizes, its model, and its saved activations."""
+    from functorch.compile import aot_function, make_boxed_func
+
+    from minicomp import capture
+    from minicomp.dispatch.autograd import partition, saved_activations
+
+    plans, forward = {}, {}
+
+    def compiler(role):
+        def compile_fn(gm, example_inputs):
+            if role == "forward":
+                forward["gm"] = gm
+            else:
+                saved = saved_activations(forward["gm"], gm) if freed else frozenset()
+                plans["plan"], plans["saved"] = fusion.plan(ir.from_fx(gm)), saved
+            return make_boxed_func(gm.forward)
+
+        return compile_fn
+
+    inputs = WORKLOADS["llama_block_fwbw"].make(8, torch.float32, torch.device("cpu"))
+    fn = aot_function(
+        llama_block,
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
+        partition_fn=partition,
+        decompositions=capture.decompositions(),
+    )
+    fn(*inputs).sum().backward()
+    return plans["plan"], plans["saved"]
+
+
+def test_chosen_order_is_valid_and_never_models_a_higher_peak():
+    plan, saved = _block_plan(freed=True)
+    assert saved and not any(name.startswith(("primals", "tangents")) for name in saved)
+    ordered = schedule.order(plan, saved)
+    model = schedule._Model(plan, storages.Storages.of(plan), saved, [storages.uses(plan, s) for s in plan.steps])
+    position = {id(step): i for i, step in enumerate(plan.steps)}
+    assert model.peak([position[id(s)] for s in ordered.steps]) <= model.peak(list(range(len(plan.steps))))
+    assert sorted(map(id, ordered.steps)) == sorted(map(id, plan.steps))
+    ready = set(plan.graph.inputs)
+    for step in ordered.steps:  # every step after what it reads
+        assert storages.uses(plan, step) - set(storages.defines(step)) <= ready, step
+        ready |= set(storages.defines(step))
+
+
+def test_random_externs_keep_their_order():
+    def fn(x):
+        a = torch.rand_like(x)
+        b = torch.rand_like(x)
+        return a @ x, b
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn)(torch.randn(8, 8))
+    plan = fusion.plan(ir.from_fx(gm))
+    randoms = [s.node for s in plan.steps if isinstance(s, fusion.Extern) and "rand" in s.node]
+    ordered = schedule.order(plan)
+    assert [s.node for s in ordered.steps if isinstance(s, fusion.Extern) and "rand" in s.node] == randoms
+
+
+def test_tuning_times_copies_of_buffers_that_share_memory():
+    a = torch.randn(8, 4)
+    b = a.as_strided((4, 8), (8, 1))
+    c = torch.randn(3)
+    private = launch._unaliased([a, c, b, 5])
+    assert private[1] is c and private[3] == 5
+    for old, new in ((a, private[0]), (b, private[2])):
+        assert new.untyped_storage().data_ptr() != old.untyped_storage().data_ptr()
+        assert new.stride() == old.stride() and torch.equal(new, old)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="launch tuning runs on the GPU only")
+def test_tuned_kernel_that_writes_in_place_is_correct(tmp_path, monkeypatch):
+    """Tuning runs a kernel many times; one whose output is in its input's memory must not read
+    its own results (the decoder block's backward came out 1e32 off before tuning used copies)."""
+    monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+    x, w, w2 = (torch.randn(s, device="cuda") for s in ((512, 64), (64, 512), (512, 16)))
+    fn = lambda x, w, w2: (torch.relu(x @ w) * 3 + 1) @ w2  # noqa: E731
+    with config.override(tune_min_numel=0):
+        compiled = minicomp.jit(fn)
+        torch.testing.assert_close(compiled(x, w, w2), fn(x, w, w2), atol=1e-3, rtol=1e-3)
+    assert hosted(compiled.source(x, w, w2))
+
+
+def test_dense_layouts_are_permutations_without_gaps_or_overlap():
+    from minicomp.lowering.layout import is_dense
+
+    assert is_dense((4, 32, 3, 128), (12288, 128, 4096, 1))  # a transposed view of [4, 3, 32, 128]
+    assert is_dense((2, 1, 5), (5, 99, 1))  # a size-1 dim's stride does not matter
+    assert not is_dense((4, 8), (16, 1))  # a gap between rows (a slice)
+    assert not is_dense((4, 8), (0, 1))  # a broadcast

@@ -1,0 +1,106 @@
+"""The plan is the seam between fusion and codegen: kinds, loads, stores and layouts live in it,
+the IR is never changed by it, and a compiled function's kernels can be reached without
+knowing the generated module's argument order."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+import minicomp
+from minicomp import capture, ir
+from minicomp.codegen import render_module
+from minicomp.plan import fusion
+
+
+def mlp(x, w, b):
+    return torch.sigmoid(torch.relu(x * 0.5 + 1.0) @ w + b)
+
+
+def mlp_graph():
+    x, w, b = torch.randn(4, 8), torch.randn(8, 8), torch.randn(8)
+    traced = capture.trace(mlp, [x, w, b], pytree.tree_flatten(((x, w, b), {}))[1], ["x", "w", "b"])
+    return ir.from_fx(traced.gm, traced.input_names)
+
+
+def test_planning_leaves_the_graph_as_it_was():
+    graph = mlp_graph()
+    before = str(graph)
+    plan = fusion.plan(graph)
+    assert str(graph) == before and "#" not in before  # the IR prints no kinds: it has none
+    assert plan.kinds["mm"] == "extern" and plan.kinds["relu"] == "pointwise" and plan.kinds["x"] == "input"
+    assert "mm: float32[4, 8] stride (8, 1) cpu = aten.mm.default(relu, w)  # extern" in graph.describe(plan.kinds)
+
+
+def test_each_kernel_has_a_kind_and_the_plan_holds_every_output_layout():
+    plan = fusion.plan(mlp_graph())
+    assert [k.kind for k in plan.kernels] == ["pointwise", "pointwise"]
+    assert {name for k in plan.kernels for name in k.stores} == set(plan.strides)
+    assert plan.kernels[1].loads == ["b", "mm"]
+
+
+def test_rendering_twice_gives_the_same_module():
+    """Codegen reads the plan and changes nothing in it."""
+    plan = fusion.plan(mlp_graph())
+    assert render_module(plan, "mlp").text == render_module(plan, "mlp").text
+
+
+def test_codegen_takes_only_types_from_fusion():
+    """Codegen never calls back into fusion: it imports its data classes and nothing else."""
+    codegen = Path(minicomp.__file__).parent / "codegen"
+    imported = set()
+    for path in codegen.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "minicomp.plan.fusion":
+                imported |= {a.name for a in node.names}
+    assert imported <= {"Kernel", "Plan", "Extern"}
+
+
+def test_a_compiled_kernel_runs_bare_through_the_public_accessors():
+    x, b = torch.randn(6, 5), torch.randn(5)
+    compiled = minicomp.jit(lambda x, b: torch.relu(x + b)).compiled(x, b)
+    [kernel] = compiled.kernels
+    assert kernel.kind == "pointwise" and kernel.scalars[0] == 30
+    launch = compiled.launch(kernel)
+    args = compiled.bare_arguments(kernel, [x, b])
+    launch.kernel[(1,)](*args, BLOCK_SIZE=32)
+    out = args[kernel.buffers.index(kernel.writes[0])]
+    torch.testing.assert_close(out, torch.relu(x + b))
+
+
+def test_a_reduction_read_by_an_extern_stays_before_it():
+    """Regression: a row sum read by an ATen call (cosine_similarity's norms by clamp_min, here a
+    cumsum) was moved into the kernel of a later reduction over the same rows that reads the
+    call's result: kernel and call each waited for the other, the schedule dropped both, and the
+    module returned a name it never made (NameError). The sum stays in its own, earlier kernel,
+    and a plan whose steps read each other's values is refused before code is written."""
+    x = torch.randn(4, 8)
+
+    def fn(x):
+        norms = x.abs().sum(-1, keepdim=True)
+        return (x / torch.cumsum(norms, 0)).sum(-1)
+
+    traced = capture.trace(fn, [x], pytree.tree_flatten(((x,), {}))[1], ["x"])
+    plan = fusion.plan(ir.from_fx(traced.gm, traced.input_names))
+    made = set(plan.graph.inputs)
+    for step in plan.steps:
+        reads = step.loads if isinstance(step, fusion.Kernel) else plan.graph[step.node].inputs()
+        assert set(reads) <= made, step
+        made |= set(step.stores) if isinstance(step, fusion.Kernel) else {step.node}
+    assert torch.allclose(minicomp.jit(fn)(x), fn(x))
+
+
+def test_a_plan_with_a_cycle_is_refused():
+    from minicomp.plan import schedule
+
+    x = torch.randn(4, 8)
+    traced = capture.trace(lambda x: torch.cumsum(x * 2, 0) + 1, [x], pytree.tree_flatten(((x,), {}))[1], ["x"])
+    plan = fusion.plan(ir.from_fx(traced.gm, traced.input_names))
+    backwards = dataclasses.replace(plan, steps=list(reversed(plan.steps)))
+    with pytest.raises(RuntimeError, match="reads what a later step"):
+        schedule.order(backwards)
