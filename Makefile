@@ -1,12 +1,13 @@
 # Two commands do everything on a fresh machine:
 #   make demo   install into .venv, then run the demo (CPU interpreter, or the GPU when present)
-#   make test   install if needed, then lint (ruff check, ruff format --check) and run the test suite
+#   make test   install if needed, then lint (ruff check, ruff format --check) and run the whole test suite
+#   make test-quick   the same without the tests marked `slow` (pyproject.toml registers the markers)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo lint test bench clean
+.PHONY: install demo lint test test-quick bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,9 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest
+
+test-quick: lint
+	$(BIN)/python -m pytest -m "not slow"
 
 bench: install
 	$(BIN)/python -m minicomp bench

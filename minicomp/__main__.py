@@ -1,4 +1,7 @@
-"""`minicomp` / `python -m minicomp`: demo, bench, explain, cache."""
+"""`minicomp` / `python -m minicomp`: demo, bench, explain, cache.
+
+Every command takes `--help`, which prints its options and runs nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +9,23 @@ import argparse
 import sys
 
 COMMANDS = {
-    "demo": "compile the seed workloads, check them against eager, show the code",
+    "demo": "compile the seed workloads, check them against eager, show one generated module",
     "bench": "time minicomp against eager, Inductor and the memory floor",
-    "explain": "show every stage for one example workload (graph, IR, fusion, source, image)",
+    "explain": "show every stage of one example workload (graph, IR, fusion plan, source)",
     "cache": "`cache info` or `cache clear`: minicomp's on-disk cache",
 }
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(
         prog="minicomp",
-        description="A small fusing compiler for PyTorch.",
-        epilog="\n".join(f"  {k:8} {v}" for k, v in COMMANDS.items()),
+        description="A small fusing compiler for PyTorch. `minicomp COMMAND --help` for a command's options.",
+        epilog="commands:\n" + "\n".join(f"  {k:8} {v}" for k, v in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=list(COMMANDS))
+    parser.add_argument("--version", action="version", version=f"minicomp {_version()}")
+    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND", help=", ".join(COMMANDS))
     args = parser.parse_args(argv[:1])
     rest = argv[1:]
     if args.command == "demo":
@@ -39,11 +43,17 @@ def main(argv=None) -> int:
     return cache(rest)
 
 
+def _version() -> str:
+    from minicomp import __version__
+
+    return __version__
+
+
 def cache(argv) -> int:
     from minicomp.runtime import cache as disk
 
-    parser = argparse.ArgumentParser(prog="minicomp cache")
-    parser.add_argument("action", choices=["info", "clear"])
+    parser = argparse.ArgumentParser(prog="minicomp cache", description=COMMANDS["cache"])
+    parser.add_argument("action", choices=["info", "clear"], help="info: where and how much; clear: remove it all")
     action = parser.parse_args(argv).action
     try:
         if action == "info":

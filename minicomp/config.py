@@ -17,7 +17,7 @@ Tunables of the compiler (not environment variables) live here too, so that
 experiments and tests change them through `override(...)` instead of patching
 module globals:
 
-    with config.override(max_parts=1):      # no walking in parts (codegen/split.py)
+    with config.override(max_parts=1):      # no walking in parts (codegen/parts.py)
         ...
 """
 
@@ -106,7 +106,7 @@ def log_channels() -> str:
 # -- tunables ---------------------------------------------------------------------
 
 DEFAULTS = dict(
-    max_parts=4,  # codegen/split.py: a dim walked in at most this many parts
+    max_parts=4,  # codegen/parts.py: a dim walked in at most this many parts
     lean_training=True,  # training_call.py: a simple training signature's later calls skip AOTAutograd's runtime
     launch_candidates=((512, 4), (1024, 4), (2048, 4)),  # launch.py: (BLOCK_SIZE, num_warps) timed on large kernels
     tune_min_numel=1 << 24,  # launch.py: kernels below this use the heuristic

@@ -26,6 +26,7 @@ from minicomp.lowering.layout import is_dense
 from minicomp.plan import fusion, schedule
 from minicomp.plan.fusion import Plan
 from minicomp.plan.split_reductions import split_reductions
+from minicomp.plan.steps import PointwiseKernel
 from minicomp.runtime.launch import Launch
 
 
@@ -122,7 +123,7 @@ def _with_output_layouts(plan: Plan, layouts: list[tuple[int, ...] | None]) -> P
     overlap): a backward's input gradients in their leaves' layouts (autograd.input_layouts).
     The kernel walks its space in the order of those strides, so its stores stay contiguous."""
     graph, strides = plan.graph, dict(plan.strides)
-    pointwise = {name for k in plan.kernels if k.kind == "pointwise" for name in k.stores}
+    pointwise = {name for k in plan.kernels if isinstance(k, PointwiseKernel) for name in k.stores}
     for name, wanted in zip(graph.outputs, layouts):
         if not isinstance(name, str) or wanted is None or name not in pointwise or graph.users(name):
             continue

@@ -1,4 +1,10 @@
-"""Shared fixtures: the device under test, a private cache dir, eager comparison."""
+"""Shared fixtures: the device under test, a private cache dir, eager comparison.
+
+Markers (registered in pyproject.toml): `gpu` for a test that needs CUDA (the `device` fixture's
+"cuda" case carries it; a test that uses CUDA without the fixture is marked by hand), skipped
+where there is no CUDA; `slow` for a test of several seconds or more (a subprocess, a build).
+`pytest -m gpu` runs every CUDA test, `-m "not gpu"` the CPU ones, `-m "not slow"` skips the long ones.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,18 @@ os.environ["MINICOMP_FALLBACK"] = "raise"  # a compile failure is a test failure
 
 import minicomp  # noqa: E402
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+HAS_CUDA = torch.cuda.is_available()
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]  # the same test ids with or without a GPU
+
+
+def pytest_collection_modifyitems(config, items):
+    """A `gpu` test is skipped where there is no CUDA (so `-m gpu` lists the same tests everywhere)."""
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -23,7 +40,7 @@ def private_cache(tmp_path_factory):
 
 @pytest.fixture(params=DEVICES)
 def device(request):
-    """Every test that takes `device` runs on CPU (Triton's interpreter) and on CUDA when present."""
+    """Every test that takes `device` runs on CPU (Triton's interpreter) and on CUDA (marked `gpu`)."""
     return torch.device(request.param)
 
 
@@ -90,3 +107,31 @@ def _tensors(value) -> list[torch.Tensor]:
     from torch.utils import _pytree as pytree
 
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def grads_match(fn, *args, grad_of=None):
+    """Forward + backward through eager and minicomp; compare outputs and input grads.
+
+    With 16-bit inputs the reference is eager on float32 copies: minicomp computes in float32
+    and rounds at each store, while eager in 16 bits rounds every intermediate, and a rounded
+    intermediate near zero can fall on the other side of a ReLU (a whole seed value of
+    gradient apart: `lora_epilogue` did, about one run in twenty)."""
+    grad_of = grad_of if grad_of is not None else [i for i, a in enumerate(args) if a.is_floating_point()]
+    widen = lambda a: a.float() if a.dtype in (torch.float16, torch.bfloat16) else a  # noqa: E731
+    eager = [widen(a).detach().clone().requires_grad_(i in grad_of) for i, a in enumerate(args)]
+    mine = [a.detach().clone().requires_grad_(i in grad_of) for i, a in enumerate(args)]
+    compiled = minicomp.jit(fn)
+    outs_e, outs_m = fn(*eager), compiled(*mine)
+    outs_e = outs_e if isinstance(outs_e, tuple) else (outs_e,)
+    outs_m = outs_m if isinstance(outs_m, tuple) else (outs_m,)
+    seeds = [torch.randn_like(o) for o in outs_m]
+    sum((o.float() * s.float()).sum() for o, s in zip(outs_e, seeds)).backward()
+    sum((o.float() * s.float()).sum() for o, s in zip(outs_m, seeds)).backward()
+    tol = tolerance(args[0].dtype)
+    for a, b in zip(outs_m, outs_e):
+        torch.testing.assert_close(widen(a), b, **tol)
+    # gradients of broadcast inputs are sums of 16-bit gradients: allow more there
+    grad_tol = dict(atol=5e-2, rtol=5e-2) if args[0].dtype == torch.bfloat16 else tol
+    for i in grad_of:
+        torch.testing.assert_close(widen(mine[i].grad), eager[i].grad, **grad_tol)
+    return compiled.entry(*mine)

@@ -4,7 +4,7 @@
 
 GPT-J rotates pairs (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]). Walked element by element, each
 lane loads q at its own address and at its pair partner's under a parity mask (three loads an
-element, two of them 16-bit scalar loads). Walked as two interleaved parts (codegen/split.py)
+element, two of them 16-bit scalar loads). Walked as two interleaved parts (codegen/parts.py)
 with each pair loaded by one contiguous load split in two (codegen/pointwise.py), every element
 is loaded once by a full-width vector load. This compiles minicomp's forward and backward
 kernels both ways for sm_90 on any machine (sass_count.py's way) at BLOCK_SIZE 512 (256 pairs)
@@ -50,7 +50,7 @@ def main(argv=None):
     for dtype in (torch.float32, torch.bfloat16):
         for label, max_parts in (("masked", 1), ("interleaved", config.DEFAULTS["max_parts"])):
             for part, launch in modules(run, dtype, max_parts).items():
-                lines = sc.sass(launch, dtype, block=ELEMENTS // launch.parts)
+                lines = sc.sass(launch, dtype, block=ELEMENTS // launch.spec.parts)
                 ops = sc.opcodes(lines, modifiers=True)
                 per_thread = ELEMENTS // threads
                 rows.append(

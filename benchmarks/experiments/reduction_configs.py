@@ -51,7 +51,7 @@ def first_reduction(compiled):
     """The Launch of the first reduction kernel of a compiled function (None when it has none)."""
     for kernel in compiled.kernels:
         launch = compiled.launch(kernel)
-        if launch.row:
+        if kernel.kind == "reduction":
             return launch
     return None
 

@@ -23,6 +23,7 @@ import minicomp
 from benchmarks.experiments import harness
 from minicomp import config
 from minicomp.bench import measure
+from minicomp.plan.steps import ReductionKernel
 from minicomp.tools.workloads import WORKLOADS
 
 WORKLOADS_SWEPT = ("rms_norm", "add_rms_norm", "layer_norm", "softmax")
@@ -88,7 +89,7 @@ def main(argv=None):
             with config.override(**setting):
                 fn = minicomp.jit(work.fn)
                 compiled = fn.compiled(*sets[0])
-            forms = [k.looped for k in compiled.plan.kernels if k.kind == "reduction"]
+            forms = [k.looped for k in compiled.plan.kernels if isinstance(k, ReductionKernel)]
             record(f"minicomp {label}", fn, looped=forms)
     run.write(bandwidth_gbps=bandwidth / 1e9, rows=rows)
 

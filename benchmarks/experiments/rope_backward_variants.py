@@ -11,7 +11,7 @@ same gradient with one select per output, the forward's shape (a measurement
 aid: minicomp never emits it). Each as a multiple of the memory floor, at the
 launch configuration minicomp tuned for the generated kernel.
 
-This studies the masked form of the kernel, from before codegen/split.py:
+This studies the masked form of the kernel, from before codegen/parts.py:
 splitting is switched off here (config max_parts = 1) so that it still does.
 rope_split.py compares the masked and the split kernels.
 """

@@ -1,4 +1,4 @@
-"""RoPE kernels walked in halves (codegen/split.py) against the masked form, timed in one run.
+"""RoPE kernels walked in halves (codegen/parts.py) against the masked form, timed in one run.
 
     python -m benchmarks.experiments.rope_split OUT.json
 

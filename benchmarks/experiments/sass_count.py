@@ -5,7 +5,7 @@
 Triton compiles for a target it is told (sm_90 here) on any machine: its
 wheel carries ptxas and nvdisasm. For q, k of [8, 32, 2048, 128] in float32
 and bfloat16, the forward and backward kernels as minicomp writes them with
-and without walking the head dim in halves (codegen/split.py), compiled at
+and without walking the head dim in halves (codegen/parts.py), compiled at
 BLOCK_SIZE 512 and 4 warps: SASS instructions (NOPs aside) divided by the
 elements one thread writes.
 """
@@ -76,7 +76,7 @@ def main(argv=None):
         for label, max_parts in (("masked", 1), ("split", config.DEFAULTS["max_parts"])):
             for part, launch in kernels(run, dtype, max_parts).items():
                 lines = sass(launch, dtype)
-                per_thread = BLOCK * launch.parts // threads
+                per_thread = BLOCK * launch.spec.parts // threads
                 ops = opcodes(lines)
                 rows.append(
                     dict(

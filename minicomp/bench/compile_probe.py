@@ -35,9 +35,10 @@ import torch
 
 
 def _workloads():
-    """minicomp/workloads.py as a module of its own (it imports only torch): importing it as
+    """minicomp/tools/workloads.py as a module of its own (it imports only torch): importing it as
     minicomp.tools.workloads would import minicomp before the clock starts."""
-    spec = importlib.util.spec_from_file_location("probe_workloads", Path(__file__).parents[1] / "workloads.py")
+    path = Path(__file__).parents[1] / "tools" / "workloads.py"
+    spec = importlib.util.spec_from_file_location("probe_workloads", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)

@@ -8,9 +8,8 @@ same run by a large device-to-device copy (bytes read + bytes written).
 The floor is what no kernel beats, not what one reaches: a copy of a kernel's
 bytes at the kernel's size (`copy_ms`, half read and half written) takes
 longer than the floor where the size is small enough for the launch and the
-last partial wave to show (a copy of bf16 bias + ReLU's bytes at [8192, 8192]:
-1.08-1.09x on an H200). Each row of the bench is also given as a multiple of
-that copy (`x copy`).
+last partial wave to show (docs/experiments.md has measured figures). Each
+row of the bench is also given as a multiple of that copy (`x copy`).
 """
 
 from __future__ import annotations

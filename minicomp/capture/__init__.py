@@ -1,14 +1,23 @@
 """Capture: a Python function and its arguments -> an ATen-level torch.fx graph.
 
 tracing.py      trace(): stand-ins first (meta_trace.py), make_fx / AOTAutograd when they cannot follow
+outputs.py      Outputs: a record per leaf of the result (a graph output, an argument, a view, a constant)
 meta_trace.py   a tracer of ATen ops on meta stand-ins (no torch._dynamo import on a cold start)
 specialize.py   Dynamo graphs with symbolic sizes, compiled per concrete size
 """
 
+from minicomp.capture.outputs import (
+    Argument,
+    ArgumentView,
+    Constant,
+    GraphOutput,
+    OutputRecord,
+    Outputs,
+    SameAs,
+)
 from minicomp.capture.tracing import (
     FUSED_FROM_PARTS,
     ClosedOver,
-    Outputs,
     Traced,
     call_eagerly,
     decompositions,
@@ -19,8 +28,14 @@ from minicomp.capture.tracing import (
 
 __all__ = [
     "FUSED_FROM_PARTS",
+    "Argument",
+    "ArgumentView",
     "ClosedOver",
+    "Constant",
+    "GraphOutput",
+    "OutputRecord",
     "Outputs",
+    "SameAs",
     "Traced",
     "call_eagerly",
     "decompositions",

@@ -1,12 +1,12 @@
 """A tracer of our own for the common first call: ATen ops recorded on meta tensors that report
 the device of the tensors they stand for. No make_fx and no fake tensors, so a process's first
-compile does not import torch._dynamo and torch._inductor (about 0.9 s: make_fx and FakeTensorMode
-import both whatever they trace; benchmarks/results/NVIDIA_H200/fast_start/COMMAND.md).
+compile does not import torch._dynamo and torch._inductor (make_fx and FakeTensorMode import both
+whatever they trace).
 
 It takes what a plain inference function does: pure ATen ops (after the same decompositions as
-capture.py's make_fx path), views, and in-place ops on values the trace itself made (as a
+tracing.py's make_fx path), views, and in-place ops on values the trace itself made (as a
 decomposition's `add_`), with no grad, autocast, vmap or user modes on. Anything else raises
-`Untraceable` before the op runs, and capture.py traces with make_fx instead:
+`Untraceable` before the op runs, and tracing.py traces with make_fx instead:
     - an op that writes into an argument, a constant, a view or a value already read;
     - an op that reads tensor values (`.item()`, `bool(t)`, `nonzero`: no meta kernel runs them)
       or draws random numbers (the make_fx path decides how those compile);
@@ -35,7 +35,7 @@ aten = torch.ops.aten
 
 
 class Untraceable(Exception):
-    """What the function does needs make_fx (capture.py traces it there)."""
+    """What the function does needs make_fx (tracing.py traces it there)."""
 
 
 class Standin(torch.Tensor):
@@ -48,7 +48,7 @@ class Standin(torch.Tensor):
     meta: torch.Tensor
     node: torch.fx.Node
     root: int | None
-    stands_in_a_trace = True  # guards.py: a jitted function called with one runs as its code
+    stands_in_a_trace = True  # guards/key.py: a jitted function called with one runs as its code
 
     @staticmethod
     def __new__(cls, meta: torch.Tensor, device: torch.device, node: torch.fx.Node, root, is_view: bool):
@@ -103,7 +103,7 @@ class _DisabledOnceLoaded:
 @functools.cache
 def _defer_dynamo_imports() -> None:
     """The meta kernels of elementwise ops are torch._refs functions wrapped in
-    `torch._disable_dynamo`, which imports torch._dynamo on its first call (~0.9 s) to make the
+    `torch._disable_dynamo`, which imports torch._dynamo on its first call to make the
     disabled function it keeps in the wrapped function's `__dynamo_disable` slot. That slot is
     filled here, for the wrappers the decomposition and meta tables reach, with a
     `_DisabledOnceLoaded`: the same behaviour, with the import left to whoever loads Dynamo."""

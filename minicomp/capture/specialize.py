@@ -4,7 +4,7 @@ Dynamo marks a dimension dynamic when a compiled function is called with a secon
 size of it (automatic dynamic shapes, or `torch.compile(dynamic=True)`): the graphs
 AOTAutograd then hands the backend have symbolic sizes (`s0`), integer inputs for
 them, and a forward that returns sizes for its backward. minicomp's kernels are
-written for static shapes, so such a graph ran uncompiled from the second size on.
+written for static shapes.
 
 `Specializing` compiles it per call signature instead, as `minicomp.jit` compiles
 a function: the first call with new sizes (each tensor's shape, strides, dtype

@@ -1,13 +1,13 @@
 """Capture: a Python function -> an ATen-level torch.fx GraphModule.
 
 A trace runs first on meta stand-ins (meta_trace.py). What those refuse is traced
-here with make_fx (the only module that touches it) on fake tensors (no real
-compute), through functionalization (in-place ops become pure ops plus
+here with make_fx on fake tensors (no real compute), through functionalization (in-place ops become pure ops plus
 `copy_` into the mutated input at the end). Both apply PyTorch's core ATen
 decompositions (silu -> x * sigmoid(x), stack -> unsqueeze + cat, ...).
 Tensors the function closes over (a global weight) become constants of the
 trace, like Python scalars: their values are captured when the signature is
-first compiled.
+first compiled. What each leaf of the function's result is (a graph output, an
+argument, a view of one, a constant) is recorded in an Outputs (outputs.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 
 from minicomp import guards, logs
 from minicomp.capture import meta_trace
+from minicomp.capture.outputs import Argument, ArgumentView, Constant, GraphOutput, OutputRecord, Outputs, SameAs
 
 # Ops that ATen's core set keeps whole but minicomp fuses from their parts (reductions and
 # pointwise ops): softmax and log_softmax (amax, exp, sum), layer_norm and group_norm (mean and
@@ -74,108 +75,6 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
 
 def _var(x, dim=None, *, correction=None, keepdim=False):
     return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
-
-
-class Outputs:
-    """How a call's result is put together from what the compiled graph returns.
-
-    `spec` is the output structure (a torch.Size stays one leaf); each leaf is one of
-        ("tensor", k)                       the graph's k-th output
-        ("const", value)                    a value that is not a tensor (the same for every call of
-                                            the signature: it depends on shapes, dtypes, scalars only)
-        ("input", slot)                     the argument at leaf `slot` itself (`return x.mul_(2)`)
-        ("view", slot, shape, stride, d)    a view of that argument, `d` elements past its offset
-        ("same", j)                         the very object of output leaf j (`return y, y`)
-    so a returned input is the caller's object, a returned view writes through to its base,
-    and strings, numbers, devices and sizes come back as they are: eager's aliasing and types.
-    """
-
-    def __init__(self, spec, kinds: list[tuple]):
-        self.spec, self.kinds = spec, kinds
-        self.simple = all(kind[0] == "tensor" and kind[1] == i for i, kind in enumerate(kinds))
-
-    def assemble(self, outputs, leaves):
-        """The function's result from the graph's `outputs` and the call's argument `leaves`."""
-        values = []
-        for kind in self.kinds:
-            tag = kind[0]
-            if tag == "tensor":
-                values.append(outputs[kind[1]])
-            elif tag == "const":
-                values.append(kind[1])
-            elif tag == "input":
-                values.append(leaves[kind[1]])
-            elif tag == "view":
-                base = leaves[kind[1]]
-                values.append(base.as_strided(kind[2], kind[3], base.storage_offset() + kind[4]))
-            else:
-                values.append(values[kind[1]])
-        return pytree.tree_unflatten(values, self.spec)
-
-    # -- the persistent index keeps them as JSON (persist.py) --------------------------
-    def dumps(self) -> dict | None:
-        """A JSON-able form, or None when a constant has none (such an entry is not stored)."""
-        kinds = []
-        for kind in self.kinds:
-            if kind[0] == "const":
-                encoded = _encode(kind[1])
-                if encoded is None:
-                    return None
-                kind = ("const", encoded)
-            kinds.append(list(kind))
-        try:
-            spec = pytree.treespec_dumps(self.spec)
-        except NotImplementedError:  # a structure pytree cannot write: torch.return_types (`x.max(-1)`)
-            return None
-        return dict(spec=spec, kinds=kinds)
-
-    @staticmethod
-    def loads(record: dict) -> Outputs:
-        kinds = []
-        for kind in record["kinds"]:
-            tag = kind[0]
-            if tag == "const":
-                kinds.append(("const", _decode(kind[1])))
-            elif tag == "view":
-                kinds.append(("view", int(kind[1]), tuple(kind[2]), tuple(kind[3]), int(kind[4])))
-            elif tag in ("tensor", "input", "same"):
-                kinds.append((tag, int(kind[1])))
-            else:
-                raise ValueError(f"unknown output kind {tag!r}")
-        return Outputs(pytree.treespec_loads(record["spec"]), kinds)
-
-
-def _encode(value):
-    """A constant output as JSON: [type, text]; None for values with no such form."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return [type(value).__name__, value]
-    if type(value) is float:
-        return ["float", value.hex()]
-    if isinstance(value, torch.Size):
-        return ["Size", list(value)]
-    if isinstance(value, torch.dtype):
-        return ["dtype", str(value).removeprefix("torch.")]
-    if isinstance(value, torch.device):
-        return ["device", str(value)]
-    return None
-
-
-def _decode(encoded):
-    tag, value = encoded
-    if tag in ("NoneType", "bool", "int", "str"):
-        return {"NoneType": lambda v: None, "bool": bool, "int": int, "str": str}[tag](value)
-    if tag == "float":
-        return float.fromhex(value)
-    if tag == "Size":
-        return torch.Size(int(v) for v in value)
-    if tag == "dtype":
-        dtype = getattr(torch, value)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"{value!r} is not a dtype")
-        return dtype
-    if tag == "device":
-        return torch.device(value)
-    raise ValueError(f"unknown constant kind {tag!r}")
 
 
 def flatten_outputs(result) -> tuple[list, object]:
@@ -271,10 +170,10 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
     return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
 
 
-def _flat(fn, leaves, in_spec, tensor_slots, kinds_of):
+def _flat(fn, leaves, in_spec, tensor_slots, records_of):
     """(flat_fn, result, seen): flat_fn(*tensors) calls fn with the tensors at their slots and
-    returns the tensors it computed; `kinds_of(out_leaves, tensors)` gives each output leaf's
-    kind and those tensors. result["outputs"] then says how a call's result is put together,
+    returns the tensors it computed; `records_of(out_leaves, tensors)` gives each output leaf's
+    record and those tensors. result["outputs"] then says how a call's result is put together,
     `seen` (ClosedOver) which real tensors it closed over."""
     seen, result = ClosedOver(), {}
 
@@ -286,55 +185,53 @@ def _flat(fn, leaves, in_spec, tensor_slots, kinds_of):
         with seen:
             returned = fn(*args, **kwargs)
         out_leaves, spec = flatten_outputs(returned)
-        kinds, computed = kinds_of(out_leaves, tensors)
-        result["outputs"] = Outputs(spec, kinds)
+        records, computed = records_of(out_leaves, tensors)
+        result["outputs"] = Outputs(spec, records)
         return computed
 
     return flat_fn, result, seen
 
 
 def _trace_on_standins(fn, leaves, in_spec, tensor_slots):
-    def kinds_of(out_leaves, standins):
+    def records_of(out_leaves, standins):
         computed = []
-        return [
-            _standin_output_kind(out, i, out_leaves, standins, computed) for i, out in enumerate(out_leaves)
-        ], computed
+        return [_standin_record(out, i, out_leaves, standins, computed) for i, out in enumerate(out_leaves)], computed
 
-    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, kinds_of)
+    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, records_of)
     gm = meta_trace.trace(flat_fn, [leaves[i] for i in tensor_slots], tensor_slots, decompositions())
     return gm, result["outputs"], list(seen.tensors.values())
 
 
-def _standin_output_kind(out, i, out_leaves, standins, computed) -> tuple:
-    """_output_kind for a trace on stand-ins: their `root` says which argument a view is of."""
+def _standin_record(out, i, out_leaves, standins, computed) -> OutputRecord:
+    """_record for a trace on stand-ins: their `root` says which argument a view is of."""
     if not isinstance(out, torch.Tensor):
-        return ("const", out)
+        return Constant(out)
     for j in range(i):
         if out_leaves[j] is out:
-            return ("same", j)
+            return SameAs(j)
     if not isinstance(out, meta_trace.Standin) or out.root == meta_trace.CONSTANT:
         raise meta_trace.Untraceable("it returns a tensor it closes over, or a view of one")
     for standin in standins:
         if out is standin:
-            return ("input", out.root)
+            return Argument(out.root)
     if out.root is not None:
         base = standins[[s.root for s in standins].index(out.root)]
-        return ("view", out.root, tuple(out.shape), tuple(out.stride()), out.storage_offset() - base.storage_offset())
+        offset = out.storage_offset() - base.storage_offset()
+        return ArgumentView(out.root, tuple(out.shape), tuple(out.stride()), offset)
     computed.append(out)
-    return ("tensor", len(computed) - 1)
+    return GraphOutput(len(computed) - 1)
 
 
 def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
-    def kinds_of(out_leaves, tensors):
+    def records_of(out_leaves, tensors):
         computed = []
         storages = [StorageWeakRef(t.untyped_storage()) for t in tensors]
-        kinds = [
-            _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed)
-            for i, out in enumerate(out_leaves)
+        records = [
+            _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) for i, out in enumerate(out_leaves)
         ]
-        return kinds, computed
+        return records, computed
 
-    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, kinds_of)
+    flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, records_of)
 
     from torch.func import functionalize  # tracing's imports load on the first compile, not at import
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -370,27 +267,24 @@ def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
-def _output_kind(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> tuple:
+def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> OutputRecord:
+    """What output leaf `i` is (capture/outputs.py); a tensor the function computed is added to
+    `computed`, the graph's outputs."""
     if not isinstance(out, torch.Tensor):
-        return ("const", out)
+        return Constant(out)
     for j in range(i):
         if out_leaves[j] is out:
-            return ("same", j)
+            return SameAs(j)
     for k, t in enumerate(tensors):
         if out is t:
-            return ("input", tensor_slots[k])
+            return Argument(tensor_slots[k])
     storage = StorageWeakRef(out.untyped_storage())
     for k, t in enumerate(tensors):
         if storage == storages[k]:
-            return (
-                "view",
-                tensor_slots[k],
-                tuple(out.shape),
-                tuple(out.stride()),
-                out.storage_offset() - t.storage_offset(),
-            )
+            offset = out.storage_offset() - t.storage_offset()
+            return ArgumentView(tensor_slots[k], tuple(out.shape), tuple(out.stride()), offset)
     computed.append(out)
-    return ("tensor", len(computed) - 1)
+    return GraphOutput(len(computed) - 1)
 
 
 def call_eagerly(fn, leaves, in_spec):

@@ -4,7 +4,7 @@ A generated kernel spells every size it needs as an integer literal: RoPE's
 cos in the [B, H, S, D] layout is read at `offsets % 262144` (S * D). Literals
 are the fastest form (a constant divisor compiles to a multiply and a shift,
 and lets Triton prove the contiguity behind 16-byte vector loads), but each
-new sequence length would then be new Triton text, a new compile (~0.3 s).
+new sequence length would then be new Triton text, a new compile.
 
 So the first kernel of a given *skeleton* (its text with every size blanked
 out) keeps its literals. Only sizes can vary: the writer marks each integer that

@@ -11,46 +11,49 @@ that index.
 A kernel kind (codegen/pointwise.py) subclasses `KernelWriter`: it says what
 its tile is (`tile`, the shape of every value: `[BLOCK_SIZE]`), how its
 iteration variables are defined, and where it stores; the lowering rules only
-see an index and the tile, so they serve every kind.
+see an index and the tile, so they serve every kind. It writes a subclass of
+`KernelSource`: its own launch fields, its template and its launch spec.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
-from minicomp.codegen import split as splitting
+from minicomp.codegen.parts import boundary, period
 from minicomp.ir import dtypes
 from minicomp.lowering import ops
 from minicomp.lowering.indexing import SIZE, Dyn, Expr, IterationSpace, Mod, Var, const, render_flat, size
 from minicomp.plan.fusion import Kernel, Plan
+from minicomp.runtime.launch_spec import LaunchSpec
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KernelSource:
-    """One kernel's text and how to launch it; `body` holds marked sizes until
-    codegen/families.py writes them out (as literals or runtime sizes)."""
+    """One kernel's text, what its launch passes and how to launch it; `body` holds marked sizes
+    until codegen/families.py writes them out (as literals or runtime sizes). A kernel kind
+    subclasses it with its own launch fields, its template and its launch spec."""
+
+    kind: ClassVar[str]  # the kernel kind, as KernelCall reports it
+    template: ClassVar[str]  # its template in templates/
 
     kernel: Kernel
     name: str
     params: list[str]  # pointer parameter names, in launch order
     args: list[str]  # the buffers passed for them, in the same order
-    numel: int
+    numel: int  # the launch's first integer argument: elements (n_elements) or rows (n_rows)
     header: list[str]
     body: list[str]
     wide_index: bool  # offsets need int64
     sizes: list[str] = field(default_factory=list)  # runtime size parameters (codegen/families.py)
     size_values: list[int] = field(default_factory=list)  # and this signature's values for them
-    parts: int = 1  # elements written per offset (codegen/split.py)
-    planes: tuple[int, ...] = ()  # (planes, walked side by side) of a pointwise kernel (codegen/plane_order.py)
-    row: int = 0  # a reduction kernel's RBLOCK: elements of a row each program holds (launch.py)
-    extent: int = 0  # a reduction kernel's row length: elements each row reduces
-    groups: int = 0  # a grouped reduction kernel's programs, one a row group (fusion.Kernel.group)
-    # store -> buffers read at its own address and nowhere else (a kernel walked in parts: none, as
-    # its parts read each other's elements); codegen/module.py may write the store over one of them
-    aligned: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def launch_spec(self) -> LaunchSpec:
+        """The launch spec its module's `Launch` gets (runtime/launch_spec.py)."""
+        raise NotImplementedError
 
 
 class KernelWriter:
@@ -128,7 +131,7 @@ class KernelWriter:
         """`expr <relation> bound` (>=, < or ==): decided here when the range of `expr` lies on
         one side, else its source. Where the truth changes at one value of a variable whatever
         the rest of `expr` is (`3*x0 + x1 >= 3` with x1 < 3: at x0 = 1), that value is recorded
-        as a boundary of the variable's range (codegen/split.py)."""
+        as a boundary of the variable's range (codegen/parts.py)."""
         lo, hi = expr.bounds
         if relation == ">=":
             decided = True if lo >= bound else False if hi < bound else None
@@ -141,8 +144,8 @@ class KernelWriter:
         for atom, coeff in expr.terms:
             if isinstance(atom, Var):
                 rest_lo, rest_hi = (expr - Expr.of(atom) * coeff).bounds
-                cut = splitting.boundary(coeff, rest_lo, relation, bound)
-                if cut == splitting.boundary(coeff, rest_hi, relation, bound):
+                cut = boundary(coeff, rest_lo, relation, bound)
+                if cut == boundary(coeff, rest_hi, relation, bound):
                     self.boundaries.setdefault(atom.dim, set()).update(cut)
             elif isinstance(atom, Mod):
                 self._note_period(atom.expr, atom.divisor)
@@ -150,7 +153,7 @@ class KernelWriter:
 
     def divides(self, expr: Expr, step: int) -> str | bool:
         """`expr % step == 0` (a strided slice's elements): decided here when the remainder is a
-        constant of the index, else its source, recording its period (codegen/split.py)."""
+        constant of the index, else its source, recording its period (codegen/parts.py)."""
         rest = expr.mod(step)
         if rest.is_const:
             return rest.const == 0
@@ -158,7 +161,7 @@ class KernelWriter:
         return f"(({self.index_text(expr)}) % {size(step)} == 0)"
 
     def _note_period(self, expr: Expr, modulus: int) -> None:
-        found = splitting.period(expr, modulus)
+        found = period(expr, modulus)
         if found is not None:
             self.periods.setdefault(found[0], set()).add(found[1])
 
@@ -227,8 +230,7 @@ class KernelWriter:
             dtype = torch.float32
         # A load behind no condition but the bounds mask depends on nothing but the index: it goes to
         # the top, so each row's own elements are requested before the shifted, conditional reads of
-        # the same rows (RoPE's rotate_half, slice gradients). Measured on the RoPE backward, H200
-        # float32: 1.049x -> 1.028x the memory floor (benchmarks/experiments/rope_backward_variants.py).
+        # the same rows (RoPE's rotate_half, slice gradients; benchmarks/experiments/rope_backward_variants.py).
         value = self.temp(code, dtype, name, plain_load=not mask)
         if self.fill != "0" and not offset.is_const:
             self.filled[value.code] = self.fill
@@ -241,11 +243,10 @@ class KernelWriter:
     def merged_mask(self, name: str, offset: Expr, mask: tuple[str, ...]) -> tuple[str, ...]:
         """`mask` without a condition whose complement the same address is also loaded under (with
         the same other conditions), by the survey of an earlier pass over this kernel: GPT-NeoX's
-        partial rotary read each element of q twice, once as the rotated part (`x3 < 32`) and once
-        as the part passed through (`x3 >= 32`); one load under neither: 1.069x -> 1.026x the
-        floor in float32, 1.164x -> 1.055x in bfloat16 (H200, `minicomp bench`, results in
-        benchmarks/results/NVIDIA_H200/pointwise16/). Each load was in bounds under its own
-        condition, so one under their union is too, and it reads no element neither would."""
+        partial rotary reads each element of q twice, once as the rotated part (`x3 < 32`) and once
+        as the part passed through (`x3 >= 32`); it becomes one load under neither. Each load was
+        in bounds under its own condition, so one under their union is too, and it reads no
+        element neither would."""
         if not self.survey or not mask:
             return mask
         others = self.survey.get((name, offset), set())

@@ -4,16 +4,15 @@
 between, copies mutated inputs back and returns the graph's outputs. Everything
 that depends on the input signature (shapes, strides, element counts) is a
 literal here, so a call does no work beyond launching; each kernel is launched
-through a `Launch` (launch.py) that picks its configuration on the first call.
+through a `Launch` (runtime/launch.py) that picks its configuration on the first call.
 
-Each kernel is written by the writer of its kind (`WRITERS`) and rendered with
-that kind's template (`minicomp/templates/<kind>.py.j2`).
+Each kernel is written by the writer of its plan class (`WRITERS`) into the
+`KernelSource` of its kind, rendered with that source's template
+(`templates/<kind>.py.j2`) and launched with its launch spec (runtime/launch_spec.py).
 """
 
 from __future__ import annotations
 
-import operator
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,18 +21,24 @@ import torch
 from minicomp.codegen import pointwise, reduction
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
+from minicomp.codegen.pointwise import PointwiseSource
+from minicomp.codegen.reuse import reused_in_place
 from minicomp.codegen.templates import ENV
-from minicomp.ir import Ref, TensorMeta
-from minicomp.lowering.layout import extent, is_dense
+from minicomp.codegen.wrapper import doc_line, extern_line, freed, safe_name
+from minicomp.ir import TensorMeta
 from minicomp.plan.fusion import Extern, Kernel, Plan
+from minicomp.plan.steps import PointwiseKernel, ReductionKernel
 from minicomp.plan.storages import Storages
 from minicomp.plan.storages import uses as step_uses
+from minicomp.runtime.launch_spec import CombinedLaunch, LaunchSpec
 
-# kernel kind -> its writer; each kind's template is templates/<kind>.py.j2
-WRITERS: dict[str, Callable[[Plan, Kernel], KernelSource]] = {
-    "pointwise": pointwise.write,
-    "reduction": reduction.write,
+# the plan's kernel class -> its writer; each writer's source names its template and launch spec
+WRITERS: dict[type, Callable[[Plan, Kernel], KernelSource]] = {
+    PointwiseKernel: pointwise.write,
+    ReductionKernel: reduction.write,
 }
+
+Piece = tuple[KernelSource, Kernel]  # a kernel's source and its plan step
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class KernelCall:
 
     launcher: str  # the module attribute holding its Launch: "launch_0"
     name: str  # the kernel's name
-    kind: str  # its kernel kind
+    kind: str  # its kernel kind ("pointwise", "reduction")
     buffers: tuple[str, ...]  # graph values passed as pointers, in order (reads, then writes)
     writes: tuple[str, ...]  # the ones it stores
     scalars: tuple[int, ...]  # n_elements, then the runtime sizes of its family
@@ -64,101 +69,23 @@ class ModuleSource:
 def render_module(plan: Plan, function: str = "fn", families: Families | None = None) -> ModuleSource:
     """The module's source. `families`: the compiling function's kernel families (a fresh
     set when not given: every size a literal)."""
-    families = families if families is not None else Families()
-    graph = plan.graph
-    device = _device(plan)
-    kernels: list[str] = []
-    calls: list[KernelCall] = []
-    wrapper: list[str] = []
-    uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
-    storages = Storages.of(plan)
-    last = {name: i for i, step in enumerate(plan.steps) for name in step_uses(plan, step)}
-    pending: tuple[KernelSource, Kernel] | None = None  # a kernel whose launch may take the next one along
-
-    def launch(parts: list[tuple[KernelSource, Kernel]]) -> None:
-        launcher = f"launch_{len(kernels)}"
-        if len(parts) == 1:
-            [(source, kernel)] = parts
-            text = ENV.get_template(f"{kernel.kind}.py.j2").render(
-                **vars(source), launcher=launcher, device=str(device)
-            )
-            args, scalars, name = list(source.args), (source.numel, *source.size_values), source.name
-        else:
-            text, args, scalars, name = _combo(parts, launcher, device)
-        kernels.append(text.rstrip())
-        stores = tuple(n for _, kernel in parts for n in kernel.stores)
-        calls.append(KernelCall(launcher, name, parts[0][1].kind, tuple(args), stores, scalars))
-        wrapper.append(f"{launcher}({', '.join(args + [str(v) for v in scalars])})  # {name}")
-        uses.append(set(args))
-
+    body = _Body(plan, families if families is not None else Families())
     for at, step in enumerate(plan.steps):
         if isinstance(step, Extern):
-            if pending:
-                launch([pending])
-                pending = None
-            wrapper.append(_extern_line(graph[step.node]))
-            uses.append({step.node, *graph[step.node].inputs()})
-            continue
-        source = WRITERS[step.kind](plan, step) if graph[step.stores[0]].meta.numel else None
-        hosts = _hosts(plan, storages, source, [n for n, i in last.items() if i == at]) if source else {}
-        for name in step.stores:
-            meta = graph[name].meta
-            if name in hosts:
-                host, layout = hosts[name], (meta.shape, plan.strides[name])
-                same = layout == (graph[host].meta.shape, graph[host].meta.stride)
-                wrapper.append(
-                    f"{name} = {host if same else f'{host}.as_strided{layout}'}"
-                    f"  # in {host}'s memory: read there, then not again"
-                )
-                uses.append({name, hosts[name]})
-                continue
-            wrapper.append(
-                f"{name} = torch.empty_strided({meta.shape}, {plan.strides[name]}, "
-                f"dtype={meta.dtype}, device={str(meta.device)!r})"
-            )
-            uses.append({name})
-        if source is None:
-            continue
-        source = families.generalize(source)
-        alone = not _combinable(source, step, hosts)
-        if (
-            pending
-            and not alone
-            and _independent(pending[1], step)
-            and (pending[0].wide_index, pending[0].parts) == (source.wide_index, source.parts)
-        ):
-            launch([pending, (source, step)])
-            pending = None
-            continue
-        if pending:
-            launch([pending])
-            pending = None
-        if alone:
-            launch([(source, step)])
+            body.extern(step)
         else:
-            pending = (source, step)
-    if pending:
-        launch([pending])
-    wrapper += [f"{dst}.copy_({src})" for dst, src in plan.graph.mutations]
-    uses += [{dst, src} for dst, src in plan.graph.mutations]
-    wrapper = _freed(wrapper, uses, graph)
-    outputs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
-    wrapper.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
+            body.kernel(at, step)
+    wrapper = body.finish()
+    graph = plan.graph
     text = ENV.get_template("module.py.j2").render(
         function=safe_name(function),
-        device=device,
-        inputs=[
-            _doc(
-                f"{n}: {graph[n].meta} stride {graph[n].meta.stride}"
-                if isinstance(graph[n].meta, TensorMeta)
-                else f"{n}: {graph[n].meta}"
-            )
-            for n in graph.inputs
-        ],
-        graph=[_doc(line) for line in graph.describe(plan.kinds).splitlines()],
-        plan=[_doc(line) for line in str(plan).splitlines()],
-        kernels=kernels,
-        reductions=any(call.kind == "reduction" for call in calls),
+        device=body.device,
+        runtime_names=sorted(body.runtime_names),
+        inputs=[doc_line(_input_line(graph, n)) for n in graph.inputs],
+        graph=[doc_line(line) for line in graph.describe(plan.kinds).splitlines()],
+        plan=[doc_line(line) for line in str(plan).splitlines()],
+        kernels=body.kernels,
+        reductions=any(call.kind == "reduction" for call in body.calls),
         args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),
         inputs_names=graph.inputs,
         box=next(
@@ -169,18 +96,118 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         constants=list(graph.constants),
         wrapper=wrapper,
     )
-    return ModuleSource(text, calls)
+    return ModuleSource(text, body.calls)
 
 
-def _combinable(source: KernelSource, kernel: Kernel, hosts: dict[str, str]) -> bool:
-    """Whether a kernel may share a launch with a neighbour (issue #18: RoPE's q with 32 heads and
-    k with 8 are two iteration spaces, so two kernels; one launch has one tail, not two): a
-    pointwise kernel without runtime sizes (a family member keeps its own launch), not
-    writing in place (`_hosts`) and walking its blocks in order (codegen/plane_order.py). The
-    caller also asks the pair to be independent and to write the same elements per offset
-    (`parts`). The second kernel's outputs are then allocated before the first runs (the decoder
-    block's peak did not move: 662.6 MiB)."""
-    return kernel.kind == "pointwise" and not source.sizes and not hosts and not source.planes
+class _Body:
+    """What `render_module` collects step by step: the kernels' texts and calls, the lines of
+    `call` and the buffers each line touches. A pointwise kernel waits (`pending`) for the next
+    kernel, which may share its launch."""
+
+    def __init__(self, plan: Plan, families: Families):
+        self.plan, self.graph, self.families = plan, plan.graph, families
+        self.device = _device(plan)
+        self.kernels: list[str] = []
+        self.calls: list[KernelCall] = []
+        self.runtime_names = {"Launch"}  # what the module imports from minicomp.runtime
+        self.wrapper: list[str] = []
+        self.uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
+        self.storages = Storages.of(plan)
+        self.last = {name: i for i, step in enumerate(plan.steps) for name in step_uses(plan, step)}
+        self.pending: Piece | None = None  # a kernel whose launch may take the next one along
+
+    def line(self, text: str, uses: set[str]) -> None:
+        self.wrapper.append(text)
+        self.uses.append(uses)
+
+    def extern(self, step: Extern) -> None:
+        self.flush()
+        node = self.graph[step.node]
+        self.line(extern_line(node), {step.node, *node.inputs()})
+
+    def kernel(self, at: int, step: Kernel) -> None:
+        source = WRITERS[type(step)](self.plan, step) if self.graph[step.stores[0]].meta.numel else None
+        dying = [n for n, i in self.last.items() if i == at]
+        reused = reused_in_place(self.plan, self.storages, source, dying) if source else {}
+        self.allocate(step, reused)
+        if source is None:
+            return
+        source = self.families.generalize(source)
+        alone = not _combinable(source, reused)
+        pending = self.pending
+        if pending and not alone and _independent(pending[1], step) and _same_offsets(pending[0], source):
+            self.pending = None
+            self.launch([pending, (source, step)])
+            return
+        self.flush()
+        if alone:
+            self.launch([(source, step)])
+        else:
+            self.pending = (source, step)
+
+    def allocate(self, step: Kernel, reused: dict[str, str]) -> None:
+        """The lines that make each store's buffer: fresh memory, or a buffer's it takes over."""
+        graph = self.graph
+        for name in step.stores:
+            meta = graph[name].meta
+            if name in reused:
+                buffer, layout = reused[name], (meta.shape, self.plan.strides[name])
+                same = layout == (graph[buffer].meta.shape, graph[buffer].meta.stride)
+                self.line(
+                    f"{name} = {buffer if same else f'{buffer}.as_strided{layout}'}"
+                    f"  # in {buffer}'s memory: read there, then not again",
+                    {name, buffer},
+                )
+                continue
+            self.line(
+                f"{name} = torch.empty_strided({meta.shape}, {self.plan.strides[name]}, "
+                f"dtype={meta.dtype}, device={str(meta.device)!r})",
+                {name},
+            )
+
+    def flush(self) -> None:
+        """Launch the kernel waiting for a partner, alone."""
+        if self.pending:
+            pending, self.pending = self.pending, None
+            self.launch([pending])
+
+    def launch(self, pieces: list[Piece]) -> None:
+        launcher = f"launch_{len(self.kernels)}"
+        if len(pieces) == 1:
+            [(source, _)] = pieces
+            spec = source.launch_spec()
+            text = ENV.get_template(source.template).render(
+                **vars(source), spec=repr(spec), launcher=launcher, device=str(self.device)
+            )
+            args, scalars, name = list(source.args), (source.numel, *source.size_values), source.name
+        else:
+            text, args, scalars, name, spec = _combo(pieces, launcher, self.device)
+        self.runtime_names.add(type(spec).__name__)
+        self.kernels.append(text.rstrip())
+        stores = tuple(n for _, kernel in pieces for n in kernel.stores)
+        self.calls.append(KernelCall(launcher, name, pieces[0][0].kind, tuple(args), stores, scalars))
+        self.line(f"{launcher}({', '.join(args + [str(v) for v in scalars])})  # {name}", set(args))
+
+    def finish(self) -> list[str]:
+        """The lines of `call`: the kernels' and extern calls', mutations copied back, each buffer
+        deleted after its last use, the outputs returned."""
+        self.flush()
+        mutations = self.graph.mutations
+        wrapper = self.wrapper + [f"{dst}.copy_({src})" for dst, src in mutations]
+        uses = self.uses + [{dst, src} for dst, src in mutations]
+        wrapper = freed(wrapper, uses, self.graph)
+        outputs = [o if isinstance(o, str) else repr(o) for o in self.graph.outputs]
+        return wrapper + [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
+
+
+def _combinable(source: KernelSource, reused: dict[str, str]) -> bool:
+    """Whether a kernel may share a launch with a neighbour (two iteration spaces, RoPE's q with
+    32 heads and k with 8, are two kernels; one launch has one tail, not two): a pointwise
+    kernel without runtime sizes (a family member keeps its own launch), not writing in place
+    (reuse.py) and walking its blocks in order (codegen/plane_order.py). The caller also asks
+    the pair to be independent and to write the same elements per offset (`parts`). The second
+    kernel's outputs are then allocated before the first runs."""
+    return isinstance(source, PointwiseSource) and not source.sizes and not reused and not source.planes
 
 
 def _independent(first: Kernel, second: Kernel) -> bool:
@@ -188,132 +215,37 @@ def _independent(first: Kernel, second: Kernel) -> bool:
     return not (set(second.loads) & set(first.stores) or set(first.loads) & set(second.stores))
 
 
-def _combo(parts: list[tuple[KernelSource, Kernel]], launcher: str, device) -> tuple[str, list[str], tuple, str]:
-    """(text, buffers, scalars, name) of one launch for two pointwise kernels
+def _same_offsets(first: PointwiseSource, second: PointwiseSource) -> bool:
+    """Whether two kernels index alike: both int32 or both int64 offsets, as many parts an offset."""
+    return (first.wide_index, first.parts) == (second.wide_index, second.parts)
+
+
+def _combo(pieces: list[Piece], launcher: str, device) -> tuple[str, list[str], tuple, str, LaunchSpec]:
+    """(text, buffers, scalars, name, launch spec) of one launch for two pointwise kernels
     (templates/combo.py.j2): each kernel's body becomes a @triton.jit function of its own (its
     names stay its own), called by the programs of its range."""
-    buffers = list(dict.fromkeys(b for source, _ in parts for b in source.args))
-    name = "_".join(source.name for source, _ in parts)[:120]
+    buffers = list(dict.fromkeys(b for source, _ in pieces for b in source.args))
+    name = "_".join(source.name for source, _ in pieces)[:120]
+    numels = tuple(source.numel for source, _ in pieces)
+    spec = CombinedLaunch(pieces=numels, parts=pieces[0][0].parts)
     text = ENV.get_template("combo.py.j2").render(
-        parts=[source for source, _ in parts],
-        calls=[[f"{b}_ptr" for b in source.args] for source, _ in parts],
+        pieces=[source for source, _ in pieces],
+        calls=[[f"{b}_ptr" for b in source.args] for source, _ in pieces],
         name=name,
         params=[f"{b}_ptr" for b in buffers],
-        numel=sum(source.numel for source, _ in parts),
-        pieces=tuple(source.numel for source, _ in parts),
-        elements_per_offset=parts[0][0].parts,
+        spec=repr(spec),
         launcher=launcher,
         device=str(device),
     )
-    return text, buffers, tuple(source.numel for source, _ in parts), name
+    return text, buffers, numels, name, spec
 
 
-def _hosts(plan: Plan, storages: Storages, source: KernelSource, dying: list[str]) -> dict[str, str]:
-    """Store -> a buffer the kernel reads for the last time whose memory it can write it into, as
-    Inductor's in-place buffer reuse does: the kernel's own intermediate (not an input, output or
-    view of something), dense, of the store's dtype and large enough, and read only at the store's
-    own address, so each element is read by the program that overwrites it, before it does (any
-    shape: the addresses are what match). A backward's gradient of the MLP's hidden state goes
-    into the matmul result it came from."""
-    graph, hosts, taken = plan.graph, {}, set()
-    for name in source.kernel.stores:
-        meta = graph[name].meta
-        if name in storages.kept:  # an output is its own tensor, never a view of a dead intermediate
-            continue
-        for buffer in source.aligned.get(name, ()):
-            other = graph[buffer].meta
-            if (
-                buffer in dying
-                and buffer not in taken
-                and storages.owns_memory(buffer)
-                and buffer not in storages.inputs | storages.kept
-                and isinstance(other, TensorMeta)
-                and (other.dtype, other.device) == (meta.dtype, meta.device)
-                and other.stride == plan.strides.get(buffer, other.stride)
-                and is_dense(other.shape, other.stride)  # it is all its memory
-                and extent(meta.shape, plan.strides[name]) <= other.numel
-            ):
-                hosts[name] = buffer
-                taken.add(buffer)
-                break
-    return hosts
-
-
-def _freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:
-    """`lines` with a `del` after the last line that touches each intermediate buffer, as
-    Inductor's wrapper does: a local lives until `call` returns, so without it the peak memory
-    of a call is the sum of all its intermediates (a decoder block's backward held twice
-    Inductor's peak). Inputs go too (`call_boxed` empties its argument list: a backward's saved
-    activations are freed as it goes); outputs are left alone."""
-    kept = {o for o in graph.outputs if isinstance(o, str)}
-    last = {}
-    for i, names in enumerate(uses):
-        for name in names:
-            last[name] = i
-    out = []
-    for i, line in enumerate(lines):
-        out.append(line)
-        dead = sorted(n for n, at in last.items() if at == i and n not in kept)
-        if dead:
-            out.append(f"del {', '.join(dead)}")
-    return out
-
-
-def safe_name(text: str) -> str:
-    """A user's name (a function's __name__) as it may appear in generated text: [A-Za-z0-9_]."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", text)[:80] or "fn"
-
-
-def _doc(line: str) -> str:
-    """A line for the module's docstring: no backslash escapes, no closing quotes."""
-    return line.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+def _input_line(graph, name: str) -> str:
+    meta = graph[name].meta
+    return f"{name}: {meta} stride {meta.stride}" if isinstance(meta, TensorMeta) else f"{name}: {meta}"
 
 
 def _device(plan: Plan) -> torch.device:
     """The device the kernels run on: the graph's accelerator, if any (a CPU scalar may come first)."""
     devices = [plan.graph[n].meta.device for n in plan.graph.order if isinstance(plan.graph[n].meta, TensorMeta)]
     return next((d for d in devices if d.type != "cpu"), torch.device("cpu"))
-
-
-# view ops called as the tensor's method, the same ATen op without the OpOverload's Python
-# call (~2.3 us -> ~0.8 us a call: a decoder block's backward makes some 40 of them)
-METHODS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.unsqueeze.default": "unsqueeze"}
-
-
-def _extern_line(node) -> str:
-    if node.target is operator.getitem:
-        return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
-    method = METHODS.get(str(node.target))
-    if method and not node.kwargs and len(node.args) == 2 and isinstance(node.args[0], Ref):
-        return f"{node.name} = {node.args[0].name}.{method}({render_arg(node.args[1])})"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
-    else:
-        call = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
-    if not DOTTED.fullmatch(call):
-        raise NotImplementedError(f"cannot call {call!r} from generated code")
-    args = [render_arg(a) for a in node.args] + [f"{k}={render_arg(v)}" for k, v in node.kwargs.items()]
-    return f"{node.name} = {call}({', '.join(args)})"
-
-
-DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
-SIMPLE = (type(None), bool, int, float, complex, str)
-
-
-def render_arg(value) -> str:
-    """An FX argument as Python source inside the wrapper (only values with a literal form)."""
-    if isinstance(value, Ref):
-        return value.name
-    if isinstance(value, (list, tuple)):
-        inner = ", ".join(render_arg(v) for v in value)
-        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
-    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-        return str(value)
-    if isinstance(value, torch.device):
-        return f"torch.device({str(value)!r})"
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return f'float("{value}")'
-    if type(value) not in SIMPLE:
-        raise NotImplementedError(f"an argument of type {type(value).__name__} has no literal form")
-    return repr(value)

@@ -15,20 +15,13 @@ blocks)) // group` of it, where `blocks` is a plane's blocks. The programs that
 read one block of the broadcast input then run next to each other, and it is
 read from DRAM once a group of planes (a group of 32: 1/32 of an extra read).
 
-Measured on an H200 (benchmarks/experiments/broadcast_order.py, results in
-benchmarks/results/NVIDIA_H200/broadcast/): scores [4, 16, S, S] plus a mask
-[S, S], float32, 1.39x the floor at S = 2048 and 1.43x at 4096 as walked plainly,
-1.07x and 1.07x with 32 planes side by side; RoPE, float32, S = 8192 (cos/sin
-8 MiB, a plane of q, k and their outputs 16 MiB) 1.11x -> 1.08x. Where the plain
-order keeps the input in L2 the side-by-side order is slower (RoPE at S = 2048:
-1.03x -> 1.07x; bf16 at S = 8192, 12 MiB between reads: 1.04x -> 1.09x): its
-concurrent programs touch `group` places in memory, not one. Hence the rule:
-walk planes side by side only when the bytes between two reads of a line
-(a plane's other traffic plus the broadcast input itself) exceed
-`config.get("reuse_bytes")` (16 MiB: a third of an H100's or H200's 50 MiB
-L2, between the 12 MiB measured to stay cached and the 24 MiB measured to
-miss), and the broadcast input is at least 1/8 of a plane's other traffic (so
-reading it again would cost more than the order's own price, a few percent).
+Where the plain order keeps the input in L2 the side-by-side order is slower: its
+concurrent programs touch `group` places in memory, not one
+(benchmarks/experiments/broadcast_order.py). Hence the rule: walk planes side
+by side only when the bytes between two reads of a line (a plane's other
+traffic plus the broadcast input itself) exceed `config.get("reuse_bytes")`
+(a third of the L2), and the broadcast input is at least 1/8 of a plane's other
+traffic (so reading it again would cost more than the order's own price).
 """
 
 from __future__ import annotations

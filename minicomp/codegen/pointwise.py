@@ -6,30 +6,51 @@ store is contiguous); `offsets` runs over it and each iteration variable
 
 `write` writes a kernel twice when its cat/slice comparisons cut one dim into
 a few equal parts: the second time that dim is walked part by part, so each
-part's comparisons are decided in the text (codegen/split.py).
+part's comparisons are decided in the text (codegen/parts.py).
 
 A dim walked in two interleaved parts (elements 2i and 2i + 1) reads and
 writes pairs: where both elements of a pair are loaded under the bounds mask
 alone, and the pair's address is twice the flat index of the space (the
 buffer laid out like the walk), one contiguous load of 2 * BLOCK_SIZE
-elements (`pairs`) is split in two; the parts' stores are joined likewise.
-GPT-J's rotary walked element by element (its pairs under parity masks)
-took 2.6x the SASS instructions an element of this walk (sm_90, 5.5 global
-loads an element against 1: benchmarks/experiments/pair_loads.py).
+elements (`pairs`) is cut in two with `tl.split`; the parts' stores are joined
+likewise. Walked element by element, the pairs would be loaded under parity
+masks (benchmarks/experiments/pair_loads.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import ClassVar
+
 import torch
 
+from minicomp.codegen import parts as walking
 from minicomp.codegen import plane_order
-from minicomp.codegen import split as splitting
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.ir import dtypes
 from minicomp.lowering import ops
 from minicomp.lowering.indexing import Expr, IterationSpace, const, size
 from minicomp.lowering.layout import extent
 from minicomp.plan.fusion import Kernel, Plan
+from minicomp.runtime.launch_spec import PointwiseLaunch
+
+
+@dataclass(kw_only=True)
+class PointwiseSource(KernelSource):
+    """A pointwise kernel's text and its launch fields."""
+
+    kind: ClassVar[str] = "pointwise"
+    template: ClassVar[str] = "pointwise.py.j2"
+
+    parts: int = 1  # elements written per offset (codegen/parts.py)
+    planes: int = 0  # planes walked `group` side by side (codegen/plane_order.py), else 0
+    group: int = 0
+    # store -> buffers read at its own address and nowhere else (a kernel walked in parts: none, as
+    # its parts read each other's elements); codegen/reuse.py may write the store over one of them
+    aligned: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def launch_spec(self) -> PointwiseLaunch:
+        return PointwiseLaunch(numel=self.numel, parts=self.parts, planes=self.planes, group=self.group)
 
 
 def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:
@@ -38,20 +59,20 @@ def iteration_order(stride: tuple[int, ...], shape: tuple[int, ...]) -> list[int
     return sorted(range(len(shape)), key=lambda d: (-stride[d] if shape[d] > 1 else 0, d))
 
 
-def write(plan: Plan, kernel: Kernel) -> KernelSource:
+def write(plan: Plan, kernel: Kernel) -> PointwiseSource:
     """The kernel's source, walking a dim in parts where its cat/slice boundaries allow."""
     writer, source = _surveyed(plan, kernel)
-    split = splitting.choose(writer.space, writer.boundaries, writer.periods)
-    return source if split is None else _surveyed(plan, kernel, split)[1]
+    parts = walking.choose(writer.space, writer.boundaries, writer.periods)
+    return source if parts is None else _surveyed(plan, kernel, parts)[1]
 
 
-def _surveyed(plan: Plan, kernel: Kernel, split: splitting.Split | None = None):
+def _surveyed(plan: Plan, kernel: Kernel, parts: walking.Parts | None = None):
     """(writer, source) written twice: the first pass surveys which addresses are loaded under
     which conditions, so the second loads an address once where it is read under complementary
     conditions (KernelWriter.merged_mask)."""
-    survey = PointwiseWriter(plan, kernel, split)
+    survey = PointwiseWriter(plan, kernel, parts)
     survey.write()
-    writer = PointwiseWriter(plan, kernel, split, survey.requests)
+    writer = PointwiseWriter(plan, kernel, parts, survey.requests)
     return writer, writer.write()
 
 
@@ -60,33 +81,33 @@ class PointwiseWriter(KernelWriter):
     root_mask = "mask"
     reserved = ("offsets", "mask", "pid", "pairs", "pair_mask", "blocks", "plane", "start")
 
-    def __init__(self, plan: Plan, kernel: Kernel, split: splitting.Split | None = None, survey: dict | None = None):
+    def __init__(self, plan: Plan, kernel: Kernel, parts: walking.Parts | None = None, survey: dict | None = None):
         first = plan.graph[kernel.stores[0]].meta
         self.order = iteration_order(plan.strides[kernel.stores[0]], first.shape)
         self.full_shape = [first.shape[d] for d in self.order]
-        self.split = split
+        self.parts = parts  # the dim walked in parts, if one is
         shape = list(self.full_shape)
-        if split is not None:
-            shape[split.dim] = split.size
+        if parts is not None:
+            shape[parts.dim] = parts.size
         super().__init__(plan, kernel, IterationSpace(shape, base="offsets"), survey)
         self.paired: dict[tuple[str, Expr], tuple[ops.Value, ops.Value]] = {}  # (buffer, pair address) -> halves
         self.uses_pairs = False  # a paired load or a joined store: the kernel defines `pairs`
 
     def root_index(self, part: int = 0) -> tuple[Expr, ...]:
         """The index of a stored value: logical dim order[k] walks variable x_k
-        (plus part * m on the split dim)."""
+        (plus part * m on the dim walked in parts)."""
         index = [None] * len(self.order)
         for k, d in enumerate(self.order):
             index[d] = self.space.var(k)
-            if self.split is not None and k == self.split.dim:
-                index[d] = self.split.position(index[d], part)
+            if self.parts is not None and k == self.parts.dim:
+                index[d] = self.parts.position(index[d], part)
         return tuple(index)
 
-    # -- pairs (an interleaved split in two) ------------------------------------
+    # -- pairs (a dim walked in two interleaved parts) ----------------------------
     def pair_start(self, offset: Expr) -> int | None:
         """c when `offset` is 2 * (the flat index of the space) + c + r, r the part (0 or 1): the
         two parts' elements then lie side by side, pair k at c + 2k. Else None."""
-        if self.split is None or not self.split.interleaved or self.split.parts != 2:
+        if self.parts is None or not self.parts.interleaved or self.parts.count != 2:
             return None
         flat = Expr()
         for k, pitch in enumerate(self.space.pitch):
@@ -110,20 +131,47 @@ class PointwiseWriter(KernelWriter):
             if dtype in dtypes.LOW_PRECISION:
                 code, dtype = code + ".to(tl.float32)", torch.float32
             halves = tuple(ops.Value(self.fresh(name), dtype) for _ in range(2))
-            split = f"tl.split(tl.reshape({code}, [BLOCK_SIZE, 2]))"
-            self.plain_loads.append(f"{halves[0].code}, {halves[1].code} = {split}")
+            halved = f"tl.split(tl.reshape({code}, [BLOCK_SIZE, 2]))"
+            self.plain_loads.append(f"{halves[0].code}, {halves[1].code} = {halved}")
             self.paired[(name, even)] = halves
             self.uses_pairs = True
         return self.paired[(name, even)][offset.const % 2]
 
-    def write(self) -> KernelSource:
+    def write(self) -> PointwiseSource:
+        outs = out_pointers(self.kernel.stores)
+        stores, store_offsets = self._store_lines(outs)
+        params = list(self.pointers.values()) + list(outs.values())
+        args = list(self.pointers) + list(outs)
+        wide = needs_wide_index(self.graph, self.space.numel, args)
+        order = plane_order.choose(self.space.shape, self.load_offsets, self._bytes(args))
+        return PointwiseSource(
+            kernel=self.kernel,
+            name=self.kernel.name,
+            params=params,
+            args=args,
+            numel=self.space.numel,
+            header=self._header(order),
+            body=self._definitions(order, wide) + self.plain_loads + self.lines + stores,
+            wide_index=wide,
+            parts=self.parts.count if self.parts else 1,
+            planes=order.planes if order else 0,
+            group=order.group if order else 0,
+            aligned={}
+            if self.parts
+            else {
+                name: tuple(b for b, loaded in self.load_offsets.items() if loaded == set(store_offsets[name]))
+                for name in self.kernel.stores
+            },
+        )
+
+    def _store_lines(self, outs: dict[str, str]) -> tuple[list[str], dict[str, list[Expr]]]:
+        """(the store lines, part by part as the values were written; each output's store offsets)."""
         store_offsets: dict[str, list[Expr]] = {}
         codes: dict[str, list[str]] = {}
-        outs = out_pointers(self.kernel.stores)
-        for part in range(self.split.parts if self.split else 1):
+        for part in range(self.parts.count if self.parts else 1):
             root = self.root_index(part)
-            if self.split is not None:
-                self.lines.append(f"# part {part} of {self.split.parts}")  # no size in it: see codegen/families.py
+            if self.parts is not None:
+                self.lines.append(f"# part {part} of {self.parts.count}")  # no size in it: see codegen/families.py
             for name in outs:
                 offset = Expr()
                 for e, stride in zip(root, self.plan.strides[name]):
@@ -131,28 +179,32 @@ class PointwiseWriter(KernelWriter):
                 store_offsets.setdefault(name, []).append(offset)
                 codes.setdefault(name, []).append(ops.cast(self.value(name, root), self.graph[name].meta.dtype))
         by_output = [self._stores(out, store_offsets[name], codes[name]) for name, out in outs.items()]
-        parts = len(codes[self.kernel.stores[0]])
+        count = len(codes[self.kernel.stores[0]])
         stores = []
-        for part in range(parts):  # part by part, as the values were written
+        for part in range(count):
             for lines in by_output:
-                if len(lines) == parts:
+                if len(lines) == count:
                     stores.append(lines[part])
-                elif part == parts - 1:  # the parts' values joined: one store
+                elif part == count - 1:  # the parts' values joined: one store
                     stores.extend(lines)
-        params = list(self.pointers.values()) + list(outs.values())
-        args = list(self.pointers) + list(outs)
-        wide = needs_wide_index(self.graph, self.space.numel, args)
+        return stores, store_offsets
+
+    def _definitions(self, order: plane_order.PlaneOrder | None, wide: bool) -> list[str]:
+        """The lines that define the iteration variables; in a plane order first `offsets` and
+        `mask` (else the template defines them), and `pairs` and `pair_mask` where pairs are
+        loaded or stored."""
         defs = [f"x{v.dim} = {self.space.definition(v)}" for v in sorted(self.vars, key=lambda v: v.dim)]
-        order = plane_order.choose(self.space.shape, self.load_offsets, self._bytes(args))
-        if order is not None:  # the template leaves `offsets` and `mask` to these lines
-            inner = self.space.numel // order.planes
-            defs = plane_order.prologue(order, inner, wide, self.uses_pairs) + defs
-        elif self.uses_pairs:  # element k of the walk's pairs: offsets 2*pid*BLOCK_SIZE + k
-            start = "pid.to(tl.int64)" if wide else "pid"
-            defs += [
-                f"pairs = {start} * (2 * BLOCK_SIZE) + tl.arange(0, 2 * BLOCK_SIZE)",
-                "pair_mask = pairs < 2 * n_elements",
-            ]
+        if order is not None:
+            return plane_order.prologue(order, self.space.numel // order.planes, wide, self.uses_pairs) + defs
+        if not self.uses_pairs:
+            return defs
+        start = "pid.to(tl.int64)" if wide else "pid"  # element k of the walk's pairs: offsets 2*pid*BLOCK_SIZE + k
+        return defs + [
+            f"pairs = {start} * (2 * BLOCK_SIZE) + tl.arange(0, 2 * BLOCK_SIZE)",
+            "pair_mask = pairs < 2 * n_elements",
+        ]
+
+    def _header(self, order: plane_order.PlaneOrder | None) -> list[str]:
         space = " x ".join(map(str, self.full_shape)) or "scalar"
         header = [
             f"kernel {self.kernel.index}: {', '.join(self.kernel.nodes) or 'copy'}",
@@ -160,31 +212,14 @@ class PointwiseWriter(KernelWriter):
             f"  iteration space: [{space}] (dims {self.order} of {list(self.kernel.shape)})",
             f"  reads {', '.join(self.kernel.loads) or '-'}; writes {', '.join(self.kernel.stores)}",
         ]
-        if self.split is not None:
+        if self.parts is not None:
             header.append(
-                f"  {self.split.describe(self.full_shape[self.split.dim])}: "
+                f"  {self.parts.describe(self.full_shape[self.parts.dim])}: "
                 f"each part's cat/slice choices are decided in its own lines"
             )
         if order is not None:
             header.append(f"  {order.describe()}")
-        return KernelSource(
-            kernel=self.kernel,
-            name=self.kernel.name,
-            params=params,
-            args=args,
-            numel=self.space.numel,
-            header=header,
-            body=defs + self.plain_loads + self.lines + stores,
-            wide_index=wide,
-            parts=self.split.parts if self.split else 1,
-            planes=(order.planes, order.group) if order else (),
-            aligned={}
-            if self.split
-            else {
-                name: tuple(b for b, loaded in self.load_offsets.items() if loaded == set(store_offsets[name]))
-                for name in self.kernel.stores
-            },
-        )
+        return header
 
     def _bytes(self, buffers: list[str]) -> dict[str, int]:
         """Bytes each buffer the kernel reads or writes spans in memory (an expanded input's

@@ -29,25 +29,41 @@ Two forms, chosen by the plan from the reduced extent R (`reduction_space.reduct
 
 Reductions accumulate in float32 for 16-bit floats and int64 for integer sums,
 as eager does (ops/reductions.py), and combine through the module's
-@triton.jit helpers (`_sum`, `_max_nan`, ...: templates/module.py.j2).
+@triton.jit helpers (`_sum`, `_max_nan`, ...: templates/combine.py.j2). The lines
+that compute each reduction: codegen/reduction_lines.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-import torch
-
-from minicomp.codegen.kernel import INT32_LIMIT, KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
+from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
+from minicomp.codegen.reduction_lines import ReductionLines
 from minicomp.codegen.reduction_passes import passes
-from minicomp.ir import dtypes
 from minicomp.lowering import ops
 from minicomp.lowering.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
-from minicomp.lowering.ops.reductions import helper, identity, spec
+from minicomp.lowering.ops import NodeKind
 from minicomp.plan.fusion import Kernel, Plan
+from minicomp.runtime.launch_spec import ReductionLaunch
 
 
-def write(plan: Plan, kernel: Kernel) -> KernelSource:
+@dataclass(kw_only=True)
+class ReductionSource(KernelSource):
+    """A reduction kernel's text and its launch fields; `numel` counts its rows."""
+
+    kind: ClassVar[str] = "reduction"
+    template: ClassVar[str] = "reduction.py.j2"
+
+    rblock: int  # RBLOCK: the elements of a row each program holds
+    extent: int  # the row length: elements each row reduces
+    groups: int = 0  # a grouped kernel's programs, one a row group (ReductionKernel.group)
+
+    def launch_spec(self) -> ReductionLaunch:
+        return ReductionLaunch(rows=self.numel, rblock=self.rblock, extent=self.extent, groups=self.groups)
+
+
+def write(plan: Plan, kernel: Kernel) -> ReductionSource:
     """The kernel's source; a looped kernel is written twice, the first time to learn which passes
     load each address (`ReductionWriter.eviction`)."""
     if not kernel.looped:
@@ -69,7 +85,7 @@ class Phase:
     after: list[str] = field(default_factory=list)
 
 
-class ReductionWriter(KernelWriter):
+class ReductionWriter(ReductionLines, KernelWriter):
     reserved = ("xindex", "xmask", "xstart", "xoffset", "rindex", "rmask", "roffset", "pid", "RBLOCK")
     tile = "[XBLOCK, RBLOCK]"
 
@@ -162,8 +178,7 @@ class ReductionWriter(KernelWriter):
     def eviction(self, name: str, offset: Expr, index) -> str | None:
         """Inductor's L2 policy for a looped kernel's loads of the row: an address a later pass
         loads again is kept (evict_last) and let go at its last load (evict_first); so is a value
-        every row reads (a norm's weight). RMSNorm over [32768, 4096] float32, looped 2048 a step,
-        H200: 1.041 -> 1.005x the memory floor (benchmarks/experiments/reduction_variants.py).
+        every row reads, a norm's weight (benchmarks/experiments/reduction_variants.py).
         Records the load's pass too, for the writing after this one (`write`)."""
         if not self.looped or self.hoisting or not self.is_full(index):
             return None
@@ -188,7 +203,7 @@ class ReductionWriter(KernelWriter):
         return self.emitted[key]
 
     def _evaluate(self, name: str, index, mask) -> ops.Value:
-        if self.plan.kinds[name] != "reduction" or name in self.loads:
+        if self.plan.kinds[name] is not NodeKind.REDUCTION or name in self.loads:
             return super()._evaluate(name, index, mask)
         if index != self.index_of(self.graph[name].meta.shape):
             raise NotImplementedError(f"{name} is read at another row than the one it reduces")
@@ -196,7 +211,7 @@ class ReductionWriter(KernelWriter):
             raise NotImplementedError(f"{name} is needed before the pass that computes it")
         return self.results[name]
 
-    def write(self) -> KernelSource:
+    def write(self) -> ReductionSource:
         level, self.needs, self.online = passes(self.plan, self.kernel)
         count = max(level.values(), default=0)
         self.phases = [Phase() for _ in range(count + 1)]  # the last one: full stores that need every result
@@ -227,7 +242,7 @@ class ReductionWriter(KernelWriter):
             self.phase.after.append(self._store(name, outs[name]))
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
-        return KernelSource(
+        return ReductionSource(
             kernel=self.kernel,
             name=self.kernel.name,
             params=params,
@@ -236,7 +251,7 @@ class ReductionWriter(KernelWriter):
             header=self._header(),
             body=self._body(),
             wide_index=needs_wide_index(self.graph, self.xspace.numel * self.extent, args),
-            row=self.rblock,
+            rblock=self.rblock,
             extent=self.extent,
             groups=-(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0,
         )
@@ -254,132 +269,6 @@ class ReductionWriter(KernelWriter):
             address = "xindex * 0" if offset.is_const else f"{address} + xindex * 0"  # one row: a row tile's shape
         mask = "xmask & rmask" if full else "xmask"
         return f"tl.store({out} + {address}, {ops.cast(value, meta.dtype)}, mask={mask})"
-
-    def _reduce(self, name: str) -> None:
-        """The lines that compute reduction `name` in this phase (a looped kernel's max also computes
-        the sum accumulated online with it, its partner)."""
-        if name in self.kernel.grouped:
-            self._reduce_grouped(name)
-            return
-        partner = next((s for s, m in self.online.items() if m == name), None)
-        r = spec(self.graph[name], self.graph)
-        acc_dtype = r.acc
-        init = identity(r.combine, acc_dtype)
-        # an online max loads its operand with -inf in the lanes past the row (no select after;
-        # every other reader of those lanes masks them). With _exp_shift's select on the row's max
-        # instead of every element: bf16 cross-entropy [8192, 32000], H200, 1.204 -> 1.184x the
-        # floor (first kernel; benchmarks/experiments/reduction_variants.py)
-        operand = self._filled(r.source, init) if self.looped and partner is not None else None
-        operand = operand or self.value(r.source, self.full_index)
-        v = self._operand(r, operand)
-        tl_acc = dtypes.triton_dtype(acc_dtype)
-        combine = helper(r.combine, acc_dtype)
-        result = self.fresh(name)
-        if r.combine in ("argmax", "argmin"):
-            self._reduce_with_index(name, r, v, result)
-            return
-        if not self.looped:
-            reduced = f"tl.reduce(tl.where(rmask, {v}, {init}), 1, {combine})[:, None]"
-            self.phase.after.append(f"{result} = {self._finish(r, reduced)}  # {self.graph[name].op_name}")
-            self.results[name] = ops.Value(result, _result_dtype(r))
-            return
-        acc = self.fresh(f"{name}_acc")
-        if partner is None:  # an elementwise accumulator, reduced along the row after the loop
-            self.phase.before.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {tl_acc})")
-            self.phase.body.append(f"{acc} = tl.where(rmask, {combine}({acc}, {v}), {acc})")
-            reduced = f"tl.reduce({acc}, 1, {combine})[:, None]"
-            self.phase.after.append(f"{result} = {self._finish(r, reduced)}  # {self.graph[name].op_name}")
-            self.results[name] = ops.Value(result, _result_dtype(r))
-            return
-        # online softmax: per row, the running max and the running sum of exp(v - max), the sum
-        # rescaled by exp(old max - new max) when a block raises the max: one exp per element
-        total = self.fresh(f"{partner}_acc")
-        block_max, grown = self.fresh(f"{name}_block"), self.fresh(f"{name}_next")
-        self.phase.before.append(f"{acc} = tl.full([XBLOCK, 1], {init}, {tl_acc})")
-        self.phase.before.append(f"{total} = tl.full([XBLOCK, 1], 0.0, tl.float32)")
-        if self.filled.get(v) == init:
-            block_max = v
-        else:
-            self.phase.body.append(f"{block_max} = tl.where(rmask, {v}, {init})")
-        self.phase.body += [
-            f"{grown} = {combine}({acc}, tl.reduce({block_max}, 1, {combine})[:, None])",
-            f"{total} = {total} * _exp_shift({acc}, {grown})"
-            f" + tl.reduce(_exp_shift({block_max}, {grown}), 1, _sum)[:, None]",
-            f"{acc} = {grown}",
-        ]
-        self.phase.after.append(f"{result} = {acc}  # {self.graph[name].op_name}")
-        self.results[name] = ops.Value(result, acc_dtype)
-        summed = self.fresh(partner)
-        self.phase.after.append(
-            f'{summed} = tl.where({result} == float("-inf"), float("nan"), {total})'
-            f"  # sum of exp({r.source} - {name}), accumulated online"
-        )
-        self.results[partner] = ops.Value(summed, torch.float32)
-
-    def _filled(self, name: str, fill: str) -> ops.Value:
-        """`name`'s full tile, its loads (when not already written in this pass) holding `fill`
-        in their masked-off lanes."""
-        outer, self.fill = self.fill, fill
-        try:
-            return self.value(name, self.full_index)
-        finally:
-            self.fill = outer
-
-    def _reduce_grouped(self, name: str) -> None:
-        """A row-group partial (split_reductions.py): its operand, the value its chunks view cuts,
-        is evaluated at this kernel's index; each program adds each step's XBLOCK rows into one
-        accumulator row [1, RBLOCK] (not a tile: fewer registers; bf16 LayerNorm backward, H200,
-        0.399 -> 0.254 ms, norm_backward_variants.py) and writes it as partial row `pid`."""
-        r = spec(self.graph[name], self.graph)
-        v = self._operand(r, self.value(self.graph.grouped_source(name), self.full_index))
-        init, combine = identity(r.combine, r.acc), helper(r.combine, r.acc)
-        acc, result = self.fresh(f"{name}_acc"), self.fresh(name)
-        self.prologue.append(f"{acc} = tl.full([1, RBLOCK], {init}, {dtypes.triton_dtype(r.acc)})")
-        these_rows = f"tl.reduce(tl.where(xmask & rmask, {v}, {init}), 0, {combine})[None, :]"
-        self.phase.after.append(f"{acc} = {combine}({acc}, {these_rows})")
-        offset = Expr()
-        for d, stride in zip(self.kernel.reduced, self.plan.strides[name][1:]):
-            offset = offset + self.full_index[d] * stride
-        programs, step = self.graph[name].meta.shape[0], self.plan.strides[name][0]
-        row = f"pid.to(tl.int64) * {step}" if programs * step > INT32_LIMIT else f"pid * {step}"
-        self.epilogue += [
-            f"{result} = {self._finish(r, acc)}  # {r.combine} of its rows",
-            f"tl.store({self.outs[name]} + {row} + {paren(self.address(offset))}, {result}, mask=rmask)",
-        ]
-
-    def _operand(self, r, operand: ops.Value) -> str:
-        if r.acc == torch.int8:  # any / all: reduce x != 0
-            return f"({ops.cast(operand, torch.bool)}).to(tl.int8)"
-        return ops.cast(operand, r.acc)
-
-    def _finish(self, r, reduced: str) -> str:
-        if r.divide != 1:
-            return f"{reduced} / {r.divide}.0"
-        if r.acc == torch.int8:
-            return f"({reduced} != 0)"
-        return reduced
-
-    def _reduce_with_index(self, name: str, r, v: str, result: str) -> None:
-        """argmax / argmin: (value, position in the row) pairs; ties take the first position,
-        NaN counts as the largest (argmax) and smallest (argmin) value, as in eager."""
-        combine = helper(r.combine, r.acc)
-        init = identity(r.combine, r.acc)
-        where = "rindex + tl.full([XBLOCK, RBLOCK], 0, tl.int32)"
-        if not self.looped:
-            self.phase.after.append(
-                f"_, {result} = tl.reduce((tl.where(rmask, {v}, {init}), {where}), 1, {combine})  # {r.combine}"
-            )
-        else:
-            best, at = self.fresh(f"{name}_best"), self.fresh(f"{name}_at")
-            tl_acc = dtypes.triton_dtype(r.acc)
-            self.phase.before += [
-                f"{best} = tl.full([XBLOCK, RBLOCK], {init}, {tl_acc})",
-                f"{at} = tl.full([XBLOCK, RBLOCK], 0, tl.int32)",
-            ]
-            self.phase.body.append(f"{best}, {at} = {combine}({best}, {at}, tl.where(rmask, {v}, {init}), {where})")
-            self.phase.after.append(f"_, {result} = tl.reduce(({best}, {at}), 1, {combine})  # {r.combine}")
-        self.phase.after.append(f"{result} = {result}[:, None].to(tl.int64)")
-        self.results[name] = ops.Value(result, torch.int64)
 
     # -- text -------------------------------------------------------------------------
     def _body(self) -> list[str]:
@@ -406,8 +295,7 @@ class ReductionWriter(KernelWriter):
                 f"xmask = (xoffset + tl.arange(0, XBLOCK)[:, None] < {group}) & (xindex < n_rows)",
             ]
             lines += whole_row + self.prologue
-            # pipelined (the next rows' loads in flight during this step's math): bf16 RMSNorm
-            # backward, H200, 0.232 -> 0.209 ms, LayerNorm's 0.254 -> 0.220 (norm_backward_variants.py)
+            # pipelined: the next rows' loads in flight during this step's math (norm_backward_variants.py)
             lines.append(f"for xoffset in tl.range(0, {group}, XBLOCK, num_stages=2):  # this program's {group} rows")
             return lines + ["    " + line for line in rows + xdefs + straight] + self.epilogue
         lines += xdefs
@@ -435,10 +323,6 @@ class ReductionWriter(KernelWriter):
             + (f"; online max-and-sum for {', '.join(self.online)}" if self.online else ""),
             f"  reads {', '.join(self.kernel.loads) or '-'}; writes {', '.join(self.kernel.stores)}",
         ]
-
-
-def _result_dtype(r) -> torch.dtype:
-    return torch.bool if r.acc == torch.int8 else r.acc
 
 
 def _has_r(expr: Expr, first_r: int) -> bool:

@@ -11,6 +11,7 @@ reads its logits once. A persistent kernel holds its row, so its levels only ord
 from __future__ import annotations
 
 from minicomp.ir import Ref
+from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
 from minicomp.plan.fusion import Kernel, Plan
 
@@ -27,7 +28,7 @@ def passes(plan: Plan, kernel: Kernel) -> tuple[dict[str, int], dict[str, int], 
         needs: dict[str, int] = {}
         for name in computed:
             before = max((needs.get(i, 0) for i in graph[name].inputs()), default=0)
-            if plan.kinds[name] == "reduction":
+            if plan.kinds[name] is NodeKind.REDUCTION:
                 level.setdefault(name, before + 1)
                 needs[name] = level[name]
             else:
@@ -54,14 +55,14 @@ def online_partner(plan: Plan, kernel: Kernel, name: str) -> str | None:
     if r.combine != "sum" or r.divide != 1:
         return None
     node = graph[r.source]
-    if node.op_name != "exp" or plan.kinds.get(r.source) != "pointwise":
+    if node.op_name != "exp" or plan.kinds.get(r.source) is not NodeKind.POINTWISE:
         return None
     inner = node.args[0]
     sub = graph[inner.name] if isinstance(inner, Ref) else None
     if sub is None or sub.op_name != "sub" or len(sub.args) < 2 or sub.kwargs.get("alpha", 1) != 1:
         return None
     a, m = sub.args[0], sub.args[1]
-    if not (isinstance(a, Ref) and isinstance(m, Ref)) or plan.kinds.get(m.name) != "reduction":
+    if not (isinstance(a, Ref) and isinstance(m, Ref)) or plan.kinds.get(m.name) is not NodeKind.REDUCTION:
         return None
     mr = spec(graph[m.name], graph)
     if mr.combine != "max" or mr.source != a.name or mr.dims != r.dims or not mr.keepdim:

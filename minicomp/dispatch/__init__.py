@@ -2,6 +2,7 @@
 
 jit.py            minicomp.jit: functions and modules alike
 function.py       JitFunction: the signature key, the entry it finds or compiles, the call
+entries.py        Entry and EagerEntry: what one signature runs (compiled module or the function as written)
 modules.py        JitModule: a module's forward with its parameters as inputs
 autograd.py       training: AOTAutograd's forward and backward graphs, both compiled
 training_call.py  the lean autograd.Function a training call runs through

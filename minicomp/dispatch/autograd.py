@@ -6,9 +6,9 @@ cheap pointwise values are recomputed in the backward instead of saved, so
 the forward saves little (RoPE saves only cos and sin). Views are never saved
 (functorch's `recompute_views`): the backward takes them again from their
 base, so a slice of an input costs the forward nothing. Each graph then goes
-through the same pipeline (compiler.compile_graph), so the backward is fused
-too. Calls where no input needs a gradient never come here (function.py): the
-autograd machinery costs tens of microseconds a call.
+through the same pipeline (pipeline.compile_graph), so the backward is fused
+too. Calls where no input needs a gradient never come here (function.py): they
+skip the autograd machinery.
 
 AOTAutograd compiles on the first call of a signature, which also runs it
 once: that is the one run of the user's call (function.py), never an extra one.
@@ -44,8 +44,7 @@ def tangents_like_outputs():
     of, not contiguous: else a transposed output's incoming gradient (RoPE's q as a transposed view
     of a [B, S, H, D] projection) is copied to contiguous before the backward runs, and the backward
     then reads it across its own layout to write the leaf's. The default of newer torch
-    (`guess_tangent_strides_as_outputs`); torch 2.11 guesses contiguous (the 1.9-2.5x floor of the
-    RoPE GQA forward + backward rows in benchmarks/results/NVIDIA_H200/pointwise16/)."""
+    (`guess_tangent_strides_as_outputs`); torch 2.11 guesses contiguous."""
     import torch._functorch.config as functorch_config
 
     if not hasattr(functorch_config, "guess_tangent_strides_as_outputs"):
@@ -64,8 +63,7 @@ def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphMod
 def input_layouts(forward: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
     """The strides of each of the forward's inputs, in order: the backward returns their gradients
     in that order, and autograd copies a gradient laid out unlike its leaf (AccumulateGrad's
-    layout contract: 912 us a step for RoPE's q and k as transposed views, against 324 us of
-    kernels). compiler.compile_graph writes such a gradient in its leaf's layout instead."""
+    layout contract). pipeline.compile_graph writes such a gradient in its leaf's layout instead."""
     layouts = []
     for node in forward.graph.nodes:
         if node.op == "placeholder":
@@ -86,6 +84,22 @@ class TrainingEntry:
         self.simple: tuple[bool, ...] | None = None  # the first call's outputs' requires_grad, if simple
         self.lean: LeanCall | None = None  # once the backward is compiled (training_call.py)
         self.watched: list[torch.Tensor] = []  # tensors it closes over, checked per call (guards.grad_watched)
+        flat_fn = self._flat(fn, leaves, in_spec)
+        compile_forward, compile_backward = self._compilers(name, input_names, families)
+
+        from functorch.compile import aot_function  # AOTAutograd loads all of torch._dynamo
+
+        self.function = aot_function(
+            flat_fn,
+            fw_compiler=compile_forward,
+            bw_compiler=compile_backward,
+            partition_fn=partition,
+            decompositions=capture.decompositions(),
+        )
+
+    def _flat(self, fn, leaves, in_spec):
+        """fn over its tensor arguments alone, as AOTAutograd traces it; tracing it sets `outputs`
+        and `watched`, and refuses what a compiled training graph cannot keep."""
         constants = list(leaves)
         grad_leaves = {i for i in self.tensor_slots if leaves[i].is_leaf and leaves[i].requires_grad}
 
@@ -106,17 +120,13 @@ class TrainingEntry:
             closed_over = list(seen.tensors.values())
             guards.refuse_grad_constants(closed_over, True)  # a training signature: grad mode is on
             self.watched = guards.grad_watched(closed_over)
-            out_leaves, spec = capture.flatten_outputs(result)
-            kinds, computed = [], []
-            for out in out_leaves:  # AOTAutograd handles tensors (and their aliasing); the rest are constants
-                if isinstance(out, torch.Tensor):
-                    computed.append(out)
-                    kinds.append(("tensor", len(computed) - 1))
-                else:
-                    kinds.append(("const", out))
-            self.outputs = capture.Outputs(spec, kinds)
+            self.outputs, computed = _graph_outputs(result)
             return computed
 
+        return flat_fn
+
+    def _compilers(self, name: str, input_names: list[str], families: Families | None):
+        """AOTAutograd's (fw_compiler, bw_compiler): each graph through minicomp's pipeline."""
         from minicomp.pipeline import compile_graph
 
         def compile_forward(gm, example_inputs):
@@ -137,15 +147,7 @@ class TrainingEntry:
                 )
             return self.backward.boxed
 
-        from functorch.compile import aot_function  # AOTAutograd loads all of torch._dynamo: ~1.7 s
-
-        self.function = aot_function(
-            flat_fn,
-            fw_compiler=compile_forward,
-            bw_compiler=compile_backward,
-            partition_fn=partition,
-            decompositions=capture.decompositions(),
-        )
+        return compile_forward, compile_backward
 
     def __call__(self, fn, leaves, in_spec):
         tensors = [leaves[i] for i in self.tensor_slots]
@@ -178,6 +180,21 @@ class TrainingEntry:
         return "\n\n# ---- backward ----\n\n".join(parts)
 
 
+def _graph_outputs(result) -> tuple[capture.Outputs, list[torch.Tensor]]:
+    """The Outputs of a traced training function's `result`, and the tensors its graph returns:
+    AOTAutograd handles tensors (and their aliasing), so each is a graph output; the rest are
+    constants."""
+    out_leaves, spec = capture.flatten_outputs(result)
+    records, computed = [], []
+    for out in out_leaves:
+        if isinstance(out, torch.Tensor):
+            computed.append(out)
+            records.append(capture.GraphOutput(len(computed) - 1))
+        else:
+            records.append(capture.Constant(out))
+    return capture.Outputs(spec, records), computed
+
+
 def _data_mutated(t) -> bool:
     """Whether the function wrote into `t`, an input as AOTAutograd traces it (functionalized in its
     first pass: the pass that reads what a graph mutates)."""
@@ -193,11 +210,11 @@ def _any_shared(tensors) -> bool:
 
 @contextlib.contextmanager
 def _constants_allowed():
-    """AOTAutograd traces on fake tensors and refuses a real one: a tensor the function closes
-    over (a RoPE table, a mask) stopped every such training signature. Allowed while it traces,
-    it becomes a constant of the graph, as in `capture.trace`; one that requires grad is refused
-    as the function is traced (`flat_fn`: guards.refuse_grad_constants). The switch is fake
-    tensors' thread-local override, which the forward's and the backward's traces both read."""
+    """AOTAutograd traces on fake tensors and refuses a real one, such as a tensor the function
+    closes over (a RoPE table, a mask). Allowed while it traces, it becomes a constant of the
+    graph, as in `capture.trace`; one that requires grad is refused as the function is traced
+    (`flat_fn`: guards.refuse_grad_constants). The switch is fake tensors' thread-local override,
+    which the forward's and the backward's traces both read."""
     from torch._subclasses import fake_tensor
 
     tls = fake_tensor.fake_tensor_tls

@@ -86,7 +86,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
 def _backward_with_forward():
     """AOTAutograd compiles the backward when the forward is compiled, not at the first backward:
     its kernels then compile (in threads, launch.py `prepare`) while the forward runs, instead of
-    after it. (A torch without the setting compiles it at the first backward, as before.)"""
+    after it. (A torch without the setting compiles it at the first backward.)"""
     import torch._functorch.config as functorch_config
 
     if not hasattr(functorch_config, "force_non_lazy_backward_lowering"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import operator
 import threading
 import time
 import warnings
@@ -23,6 +22,7 @@ from torch.utils import _pytree as pytree
 from minicomp import capture, config, guards, logs
 from minicomp.dispatch import fallback, persist
 from minicomp.dispatch.autograd import TrainingEntry
+from minicomp.dispatch.entries import EagerEntry, Entry
 from minicomp.guards import fingerprint
 from minicomp.guards.context import FunctionContext, watch
 from minicomp.runtime import compile_pool
@@ -35,66 +35,6 @@ if TYPE_CHECKING:
 def _needs_grad(leaves) -> bool:
     """Grad mode is on and some tensor argument requires grad."""
     return torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
-
-
-class Entry:
-    """What one signature compiled to: the generated module's `call`, which arguments go in,
-    which inputs it writes into, and how the outputs come out (capture.Outputs).
-
-    `compiled` (graph, plan, source) is there when this process traced the
-    function; an entry loaded from the persistent cache has only the module.
-    """
-
-    def __init__(
-        self,
-        call,
-        tensor_slots: list[int],
-        n_leaves: int,
-        outputs: capture.Outputs,
-        mutated: list[int],
-        compiled: Compiled | None = None,
-        watched: list[torch.Tensor] | None = None,
-    ):
-        self.call = call
-        self.tensor_slots = list(tensor_slots)
-        self.slots = None if self.tensor_slots == list(range(n_leaves)) else self.tensor_slots
-        self.outputs = outputs
-        self.unflatten = _unflattener(outputs.spec) if outputs.simple else None
-        self.mutated = list(mutated)  # argument slots the module writes into
-        self.compiled = compiled
-        self.watched = watched or []  # tensor constants whose requires_grad each call checks (guards.grad_watched)
-
-    def __call__(self, fn, leaves, in_spec):
-        if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
-            logs.recompiles.info(
-                "an input the compiled code writes into shares memory with another argument: this call runs eagerly"
-            )
-            return EagerEntry()(fn, leaves, in_spec)
-        if self.watched and guards.constants_need_grad(self.watched):
-            logs.recompiles.info("a tensor the function closes over now requires grad: this call runs eagerly")
-            return EagerEntry()(fn, leaves, in_spec)
-        outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
-        if self.unflatten is not None:
-            return self.unflatten(outputs)
-        return self.outputs.assemble(outputs, leaves)
-
-
-class EagerEntry:
-    """A signature minicomp could not compile: the function runs as written."""
-
-    compiled = None
-
-    def __call__(self, fn, leaves, in_spec):
-        return capture.call_eagerly(fn, leaves, in_spec)
-
-
-def _unflattener(out_spec):
-    """outputs tuple -> the function's output structure; plain tuples and single tensors skip pytree."""
-    if out_spec.is_leaf():
-        return operator.itemgetter(0)
-    if out_spec == pytree.tree_flatten(tuple(range(out_spec.num_leaves)))[1]:
-        return tuple
-    return lambda outputs: pytree.tree_unflatten(list(outputs), out_spec)
 
 
 def _name_of(fn) -> str:
@@ -151,7 +91,7 @@ class JitFunction:
         reads = self.context.reads
         empty = isinstance(self.context, FunctionContext) and not (reads.places or reads.cells)
         self._context_state = None if empty else self.context.state
-        self.cache: dict[tuple, Entry | EagerEntry | TrainingEntry] = {}
+        self.cache: dict[guards.SignatureKey, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
         self._fingerprint: str | None | bool = False  # computed on the first compile; None: not persistable
         # traces that changed Python state (context.py `watch`): once may be a lazy initialization (a
@@ -177,8 +117,8 @@ class JitFunction:
         """(leaves, in_spec): the arguments as a flat list, defaults bound.
 
         The common call, every parameter passed positionally and none a container,
-        skips pytree: its in_spec is the plain argument count (an int hashes in
-        nanoseconds; a TreeSpec takes microseconds)."""
+        skips pytree: its in_spec is the plain argument count (an int hashes far
+        faster than a TreeSpec)."""
         if self._plain and not kwargs and (self.signature is None or len(args) == len(self.params)):
             for a in args:
                 if isinstance(a, (list, tuple, dict)):
@@ -198,7 +138,9 @@ class JitFunction:
             return pytree.tree_flatten((tuple(range(in_spec)), {}))[1]
         return in_spec
 
-    def _key(self, leaves, in_spec):
+    def _key(self, leaves, in_spec) -> tuple:
+        """The call's signature key as a plain tuple of guards.SignatureKey's fields (structure,
+        leaves, modes, context): it finds the SignatureKey the cache holds (equal, same hash)."""
         state = self._context_state
         return (in_spec, tuple(map(guards.leaf_key, leaves)), guards.global_state(), None if state is None else state())
 
@@ -220,7 +162,8 @@ class JitFunction:
         nothing of the user's has changed by then (mutations are written back last)."""
         if self._side_effects > 1:  # its Python state changes on every call: each new key would trace in vain
             return capture.call_eagerly(self.fn, leaves, in_spec)
-        if guards.INSIDE_A_TRACE in key[1]:  # a jitted function calling this one is being traced: be its code
+        key = guards.SignatureKey(*key)
+        if guards.INSIDE_A_TRACE in key.leaves:  # a jitted function calling this one is being traced: be its code
             return capture.call_eagerly(self.fn, leaves, in_spec)
         with self._lock:
             entry = self.cache.get(key)
@@ -241,22 +184,22 @@ class JitFunction:
                     return result
         return entry(self.fn, leaves, in_spec)
 
-    def _remember(self, key, entry) -> None:
+    def _remember(self, key: guards.SignatureKey, entry) -> None:
         if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
             self.cache.pop(next(iter(self.cache)))
         self.cache[key] = entry
         self.compiles += 1
 
-    def _build(self, key, leaves, in_spec):
-        unusual = guards.unusual(key[1])
+    def _build(self, key: guards.SignatureKey, leaves, in_spec):
+        unusual = guards.unusual(key.leaves)
         if unusual is not None:
             raise guards.Unguarded(unusual.why)
-        if guards.in_functorch_transform(key[2]):
+        if guards.in_functorch_transform(key.modes):
             raise guards.Unguarded(
                 "it is called inside a functorch transform (vmap, grad, jacrev), whose wrapped tensors "
                 "compiled kernels cannot read"
             )
-        bad = guards.unguardable(key[1])
+        bad = guards.unguardable(key.leaves)
         if bad is not None:
             raise guards.Unguarded(
                 f"an argument is a {type(bad.obj).__name__} object, and minicomp cannot tell "
@@ -299,13 +242,13 @@ class JitFunction:
         watched = guards.grad_watched(traced.closed_over)
         return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled, watched)
 
-    def _persistent_key(self, key) -> str | None:
+    def _persistent_key(self, key: guards.SignatureKey) -> str | None:
         """The key of this signature on disk: the fingerprint of the function and what it reads,
         with the arguments' key. The values the code reads (globals, cells: `split` by the
         context) are in the fingerprint, which is taken again when they changed; a module's
         attributes and flags stay in the key."""
-        in_key, read = (None, None) if key[3] is None else self.context.split(key[3])
-        key = (*key[:3], in_key)
+        in_key, read = (None, None) if key.context is None else self.context.split(key.context)
+        key = (key.structure, key.leaves, key.modes, in_key)  # a plain tuple: its repr is the key on disk
         if guards.contains(key, guards.ByIdentity):
             logs.cache.info(
                 "%s: a signature keyed by an object's identity is not cached across processes", self.__name__
@@ -321,10 +264,10 @@ class JitFunction:
                 )
         return None if self._fingerprint is None else persist.key(self._fingerprint, key)
 
-    def _note_recompile(self, key) -> None:
+    def _note_recompile(self, key: guards.SignatureKey) -> None:
         if not self.cache:
             return
-        change = _difference(next(reversed(self.cache)), key, self.context)
+        change = guards.describe_change(next(reversed(self.cache)), key, self.context)
         logs.recompiles.info("%s: new signature (%s); %d compiled so far", self.__name__, change, self.compiles)
         if self.compiles + 1 == self.recompile_warning:
             warnings.warn(
@@ -382,25 +325,3 @@ def _mutated_slots(traced: capture.Traced, compiled: Compiled) -> list[int]:
     inputs = compiled.graph.inputs
     written = {dst for dst, _ in compiled.graph.mutations}
     return [slot for slot, name in zip(traced.tensor_slots, inputs) if name in written]
-
-
-def _difference(old, new, context) -> str:
-    """What changed between two signature keys, in words."""
-    old_spec, old_leaves, old_state, old_module = old
-    new_spec, new_leaves, new_state, new_module = new
-    if old_spec != new_spec:
-        return "argument structure changed"
-    if old_state != new_state:
-        return f"global state {guards.describe_state(old_state)} -> {guards.describe_state(new_state)}"
-    fields = ("shape", "stride", "dtype", "device", "requires_grad")
-    for i, (a, b) in enumerate(zip(old_leaves, new_leaves)):
-        if a != b:
-            if isinstance(a, guards.Unusual) or isinstance(b, guards.Unusual):
-                return f"argument {i}: {a!r} -> {b!r}"
-            if len(a) == len(fields) and len(b) == len(fields):
-                changed = [f"{f} {x} -> {y}" for f, x, y in zip(fields, a, b) if x != y]
-                return f"argument {i}: " + ", ".join(changed)
-            return f"argument {i}: {a[-1]!r} -> {b[-1]!r}"
-    if old_module != new_module:
-        return context.describe(old_module, new_module)
-    return "same signature"

@@ -1,6 +1,6 @@
 """The persistent index: (function fingerprint, signature) -> generated module, across processes.
 
-Generated modules are files named after the hash of their text (runtime.py).
+Generated modules are files named after the hash of their text (runtime/loader.py).
 This index lets a second process go from a call's signature straight to the
 module, without tracing: `<cache>/entries/<key>.json` holds the module's file
 name and text hash, which arguments are tensors, which inputs the module

@@ -4,9 +4,7 @@ autograd.Function.
 AOTAutograd traces and partitions a training signature once (autograd.py); each later call
 then goes through its runtime wrappers, which handle what a graph may do (mutate an input,
 return an alias, take symbolic sizes, subclasses, RNG state). For a graph that does none of it
-those wrappers are most of the host's time: RoPE's forward + backward at q, k of [4, 32, 2048,
-128] queued in 240-380 us of host time against 86-260 us of GPU time (H200,
-benchmarks/experiments/step_host_time.py), so the step was the host's.
+those wrappers are most of the host's time.
 
 `LeanCall.build` says whether the signature's graphs are that simple, by what the first call
 showed (no input mutated, no output sharing memory with an input or another output) and by
@@ -30,14 +28,14 @@ from torch.autograd.function import once_differentiable
 
 @dataclass(frozen=True)
 class LeanCall:
-    forward: object  # boxed([inputs]) -> outputs (compiler.Compiled.boxed)
+    forward: object  # boxed([inputs]) -> outputs (pipeline.Compiled.boxed)
     backward: object  # boxed([saved..., tangents...]) -> a gradient (or None) per input
     differentiable: tuple[bool, ...]  # per user output (first among the forward graph's): gets a tangent
     tangents: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # (shape, stride) traced per tangent
 
     @staticmethod
     def build(forward, backward, inputs: int, differentiable: tuple[bool, ...]) -> LeanCall | None:
-        """The lean call for compiled `forward`/`backward` (compiler.Compiled) of `inputs` tensors
+        """The lean call for compiled `forward`/`backward` (pipeline.Compiled) of `inputs` tensors
         whose outputs require grad as `differentiable` says, or None where AOTAutograd must stay.
         The caller has checked the first call (`simple_first_call`)."""
         fw_outs = _output_nodes(forward.fx)

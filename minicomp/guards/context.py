@@ -3,7 +3,7 @@ change, watched and undone.
 
 `FunctionContext` is a plain function's: the values it reads besides its arguments (reads.py
 lists where they live; guards.state_key keys each), checked per call, and the globals and bound
-object's attributes it may change. nn.py's `ModuleContext` is a module's. `watch` runs a trace
+object's attributes it may change. dispatch/modules.py's `ModuleContext` is a module's. `watch` runs a trace
 under a context: a trace that changed what the context watches (a global rebound, `self.k += 1`,
 `LOG.append(y)`: `Held`) is undone and refused with `guards.SideEffect`, and the call runs
 eagerly, so the change happens once per call, as in eager.

@@ -1,8 +1,7 @@
 """A hash of everything a function's compiled code depends on: the persistent cache's key.
 
 A second process must find the module compiled for (function, signature)
-without tracing the function again (tracing alone costs more than the 50 ms a
-warm start may take). Across processes a function is identified by:
+without tracing the function again. Across processes a function is identified by:
 
   * its code object: bytecode, constants, names, recursively through nested code;
   * its default arguments and closure cells;
@@ -19,7 +18,7 @@ warm start may take). Across processes a function is identified by:
 
 Anything else a function reads (a tensor, an object, a class of the user's)
 makes it unfingerprintable: `of` returns None and that function is traced in
-every process. Correct, just not a 50 ms start.
+every process.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Guards: what a compiled entry assumes, and the checks that hold a call to it.
+"""The signature key: what a compiled entry assumes, held by the key a call looks it up with.
 
 A compiled entry is valid only under what its trace saw. The signature key of
-a call (function.py) holds all of it:
+a call (`SignatureKey`, built by dispatch/function.py) holds all of it:
 
   * each argument leaf (`leaf_key`): a tensor's shape, stride, dtype, device and
     requires_grad; a Python value by its value, floats by their bits (so -0.0 is
@@ -15,13 +15,11 @@ a call (function.py) holds all of it:
   * the Python values the function reads besides its arguments (`state_key` of
     each place `reads.Reads` lists: its globals, closure cells, those of the user
     functions it calls, attributes of a config object); for `jit(module)` also
-    every submodule's training flag and plain attributes (nn.py `ModuleContext`).
+    every submodule's training flag and plain attributes (dispatch/modules.py
+    `ModuleContext`).
 
-Two things are checked on a call instead, because they cost nothing unless an
-entry needs them: an entry that writes into an input runs eagerly when that
-input shares memory with another argument (`shares_memory`), and a trace that
-changes a module attribute, a global, or what a list, dict or object the function
-reads holds (context.py `watch`, `Held`) is undone and runs eagerly.
+What costs nothing unless an entry needs it is checked on a call instead
+(checks.py), and a trace that changes Python state is undone (context.py).
 
 Keys that hold an object's identity (`ByIdentity`) are never persisted: an
 address means nothing in another process.
@@ -33,11 +31,26 @@ import dataclasses
 import enum
 import hashlib
 import types
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from minicomp.guards import reads
+
+
+class SignatureKey(NamedTuple):
+    """Everything a compiled entry assumes about a call (a tuple: it hashes and compares as one).
+
+    A call looks its entry up with a plain tuple of these four fields (dispatch/function.py
+    `_key`): it equals the SignatureKey stored when the signature was compiled and hashes the
+    same, and is cheaper to build on every call."""
+
+    structure: object  # the arguments' structure: their count (all positional, no container) or a TreeSpec
+    leaves: tuple  # leaf_key of each flattened argument
+    modes: tuple  # global_state(): grad, inference, default dtype, deterministic, autocast, torch modes
+    context: tuple | None  # the function's context's state() (what it reads); None when it reads nothing
+
 
 _BY_VALUE = (
     type(None),
@@ -91,10 +104,11 @@ class Unguardable(ByIdentity):
 
 
 _PLAIN_TENSORS = {torch.Tensor, torch.nn.Parameter}
+TENSOR_FIELDS = ("shape", "stride", "dtype", "device", "requires_grad")  # a plain tensor's leaf_key
 
 
 def leaf_key(value):
-    """What one flattened argument contributes to the signature key."""
+    """What one flattened argument contributes to the signature key (a plain tensor: TENSOR_FIELDS)."""
     if isinstance(value, torch.Tensor):
         if type(value) in _PLAIN_TENSORS and not (value.is_neg() or value.is_conj()):
             try:
@@ -149,32 +163,32 @@ def unusual(leaf_keys) -> Unusual | None:
 
 
 def value_key(value, depth: int = 0):
-    kind = type(value)
-    if kind in _BY_VALUE:
-        return (kind, value)
+    cls = type(value)
+    if cls in _BY_VALUE:
+        return (cls, value)
     if isinstance(value, float):  # by bits: -0.0 != 0.0 and nan == nan (np.float64 is a float too)
-        return (kind, float(value).hex())
+        return (cls, float(value).hex())
     if isinstance(value, complex):
-        return (kind, value.real.hex(), value.imag.hex())
+        return (cls, value.real.hex(), value.imag.hex())
     if isinstance(value, enum.Enum):
-        return (kind, value.name)
+        return (cls, value.name)
     if isinstance(value, np.ndarray):
-        return (kind, value.dtype.str, value.shape, hashlib.sha1(np.ascontiguousarray(value).tobytes()).hexdigest())
+        return (cls, value.dtype.str, value.shape, hashlib.sha1(np.ascontiguousarray(value).tobytes()).hexdigest())
     if isinstance(value, np.generic):
-        return (kind, value.dtype.str, value.tobytes())
+        return (cls, value.dtype.str, value.tobytes())
     if isinstance(value, slice):
-        return (kind, value_key(value.start), value_key(value.stop), value_key(value.step))
+        return (cls, value_key(value.start), value_key(value.stop), value_key(value.step))
     if isinstance(value, torch.Tensor):  # a tensor held by an object (not an argument): the same tensor
-        return (kind, ByIdentity(value), value.shape, value.stride(), value.dtype, value.device)
+        return (cls, ByIdentity(value), value.shape, value.stride(), value.dtype, value.device)
     if isinstance(value, (tuple, list, frozenset)) and depth < 3:
-        return (kind, tuple(value_key(v, depth + 1) for v in value))
+        return (cls, tuple(value_key(v, depth + 1) for v in value))
     if isinstance(value, dict) and depth < 3:
-        return (kind, tuple((value_key(k, depth + 1), value_key(v, depth + 1)) for k, v in value.items()))
+        return (cls, tuple((value_key(k, depth + 1), value_key(v, depth + 1)) for k, v in value.items()))
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen:
-        return (kind, tuple(value_key(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)))
+        return (cls, tuple(value_key(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)))
     if isinstance(value, _BY_IDENTITY) or callable(value) and hasattr(value, "__qualname__"):
-        return (kind, ByIdentity(value))
-    return (kind, Unguardable(value))
+        return (cls, ByIdentity(value))
+    return (cls, Unguardable(value))
 
 
 _BY_VALUE_LIMIT = 64  # items of a container a read value is keyed by; a larger one by identity
@@ -196,9 +210,9 @@ def state_key(value, depth: int = 0):
     identity and layout (the compiled code holds it, so in-place changes need no key); an
     nn.Module by identity and its submodules' training flags; a user object by its attributes,
     two levels down; anything else, and containers over _BY_VALUE_LIMIT items, by identity."""
-    kind = type(value)
-    if kind in PLAIN:  # the common cases first: a call reads these every time
-        return (kind, value) if kind is not float else (kind, value.hex())
+    cls = type(value)
+    if cls in PLAIN:  # the common cases first: a call reads these every time
+        return (cls, value) if cls is not float else (cls, value.hex())
     if value is reads.MISSING or isinstance(value, SAME_OBJECT):
         return value  # hashed and compared by identity
     if isinstance(value, torch.nn.Module):
@@ -228,7 +242,8 @@ _function_modes, _dispatch_modes = torch._C._len_torch_function_stack, torch._C.
 
 
 def global_state() -> tuple:
-    """The global modes a trace depends on, read with C calls only in the common case (~0.35 us)."""
+    """The global modes a trace depends on (grad, inference, default dtype, deterministic, autocast,
+    modes), read with C calls only in the common case."""
     if _any_autocast() or _function_modes() or _dispatch_modes() or _functorch_level() is not None:
         return _global_state_in_full()
     return (_grad(), _inference(), _default_dtype(), _deterministic(), None, None)
@@ -247,9 +262,12 @@ def _global_state_in_full() -> tuple:
 
 
 def in_functorch_transform(state: tuple) -> bool:
-    """Whether a `global_state` was read inside vmap, grad, jacrev, ... (its modes' last part)."""
-    modes = state[5]
-    return modes is not None and modes[3] is not None
+    """Whether a `global_state` was read inside vmap, grad, jacrev, ... (its modes' functorch level)."""
+    *_, modes = state
+    if modes is None:
+        return False
+    _device, _function_modes, _dispatch_modes, functorch_level = modes
+    return functorch_level is not None
 
 
 def describe_state(state: tuple) -> str:
@@ -262,18 +280,38 @@ def describe_state(state: tuple) -> str:
     if autocast:
         words += [f"autocast {device} {dt}" for device, on, dt in autocast if on]
     if modes:
-        words.append(f"default device {modes[0]}, {modes[1]} function / {modes[2]} dispatch modes")
-        if modes[3] is not None:
-            words.append(f"inside a functorch transform (level {modes[3]})")
+        device, function_modes, dispatch_modes, functorch_level = modes
+        words.append(f"default device {device}, {function_modes} function / {dispatch_modes} dispatch modes")
+        if functorch_level is not None:
+            words.append(f"inside a functorch transform (level {functorch_level})")
     return ", ".join(words)
 
 
-def contains(key, kind) -> bool:
-    """Does a key (nested tuples) hold a part of `kind` (ByIdentity, Unguardable)?"""
-    if isinstance(key, kind):
+def describe_change(old: SignatureKey, new: SignatureKey, context) -> str:
+    """What changed between two signature keys, in words (`context` describes its own state)."""
+    if old.structure != new.structure:
+        return "argument structure changed"
+    if old.modes != new.modes:
+        return f"global state {describe_state(old.modes)} -> {describe_state(new.modes)}"
+    for i, (a, b) in enumerate(zip(old.leaves, new.leaves)):
+        if a != b:
+            if isinstance(a, Unusual) or isinstance(b, Unusual):
+                return f"argument {i}: {a!r} -> {b!r}"
+            if len(a) == len(TENSOR_FIELDS) and len(b) == len(TENSOR_FIELDS):
+                changed = [f"{f} {x} -> {y}" for f, x, y in zip(TENSOR_FIELDS, a, b) if x != y]
+                return f"argument {i}: " + ", ".join(changed)
+            return f"argument {i}: {a[-1]!r} -> {b[-1]!r}"
+    if old.context != new.context:
+        return context.describe(old.context, new.context)
+    return "same signature"
+
+
+def contains(key, cls) -> bool:
+    """Does a key (nested tuples) hold a part of class `cls` (ByIdentity, Unguardable)?"""
+    if isinstance(key, cls):
         return True
     if isinstance(key, tuple):
-        return any(contains(part, kind) for part in key)
+        return any(contains(part, cls) for part in key)
     return False
 
 
@@ -287,83 +325,3 @@ def unguardable(key):
             if found is not None:
                 return found
     return None
-
-
-# -- checked per call, only by entries that need it ------------------------------------
-
-
-def shares_memory(leaves, slots, tensor_slots) -> bool:
-    """Does a tensor at `slots` (inputs the entry writes into) share storage with another argument?
-    The compiled code reads each input as it was before the call: eager would see the write."""
-    for i in slots:
-        storage = leaves[i].untyped_storage().data_ptr()
-        for j in tensor_slots:
-            if j != i and leaves[j].untyped_storage().data_ptr() == storage:
-                return True
-    return False
-
-
-def versions(leaves, tensor_slots) -> list[int]:
-    """Each tensor argument's version counter: it moves when the tensor is written in place."""
-    return [leaves[i]._version for i in tensor_slots]
-
-
-class ConstantNeedsGrad(RuntimeError):
-    """The trace holds a tensor the function closes over (a global weight, a module it names)
-    that requires grad: a compiled graph treats it as a constant, so its gradient would be lost."""
-
-
-def refuse_grad_constants(constants: list[torch.Tensor], grad_enabled: bool) -> None:
-    """Raise ConstantNeedsGrad when grad mode is (was, at the call) on and a tensor the function
-    closes over requires grad: eager would record its ops for autograd, and `backward()` fill
-    its `.grad`."""
-    if not grad_enabled:
-        return
-    for value in constants:
-        if value.requires_grad:
-            raise ConstantNeedsGrad(
-                f"it closes over a tensor that requires grad (shape {list(value.shape)}), whose gradient a "
-                "compiled graph cannot reach: pass it as an argument, or compile the module that owns it "
-                "(minicomp.jit(module) or torch.compile(module, backend='minicomp'))"
-            )
-
-
-def grad_watched(constants: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The constants whose `requires_grad` a compiled entry checks on each call (the float ones:
-    only they can require grad). A weight unfrozen after compiling (`p.requires_grad_()`) makes
-    the entry run eagerly, where its gradient is recorded."""
-    return [c for c in constants if c.is_floating_point() or c.is_complex()]
-
-
-def constants_need_grad(watched: list[torch.Tensor]) -> bool:
-    return torch.is_grad_enabled() and any(c.requires_grad for c in watched)
-
-
-class GradHook(RuntimeError):
-    """The function hooks into autograd (`y.retain_grad()`, `y.register_hook(fn)`): a compiled
-    graph records values only, so eager's `.grad` or hook would never be there."""
-
-
-class NumberFromValues(RuntimeError):
-    """The function returns a Python number read from tensor values (`x.sum().item()`): a trace
-    holds it as a symbol, which a compiled entry would hand back in place of the number."""
-
-
-def refuse_numbers_from_values(leaves: list) -> None:
-    for value in leaves:
-        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise NumberFromValues(
-                "it returns a Python number read from tensor values (`.item()`, `.tolist()`), which "
-                "compiled code cannot return: return the tensor and read the number outside the jitted function"
-            )
-
-
-# -- Python side effects of a trace ------------------------------------------------
-
-
-class SideEffect(RuntimeError):
-    """Tracing changed Python state (a module attribute, a global): the function runs eagerly."""
-
-
-class Unguarded(RuntimeError):
-    """An argument minicomp cannot watch for changes (an `Unguardable` leaf)."""

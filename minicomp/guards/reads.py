@@ -12,7 +12,7 @@ function's values come from, once per trace:
     provide (`cfg.SCALE`);
 
 and `values()` reads them all again (a dict lookup each), for the key a call
-checks (guards.py `state_key`). Library functions and modules (torch, math,
+checks (key.py `state_key`). Library functions and modules (torch, math,
 ...) are not walked: they are part of the installed version.
 """
 
@@ -31,9 +31,9 @@ _CONTENTS = operator.attrgetter("cell_contents")
 
 def is_library(value) -> bool:
     """A library function, builtin, class or ATen op: named, never instances with state."""
-    kinds = (types.FunctionType, types.BuiltinFunctionType, type, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+    named = (types.FunctionType, types.BuiltinFunctionType, type, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
     module = getattr(value, "__module__", None) or ""
-    return isinstance(value, kinds) and module.split(".")[0] in LIBRARIES
+    return isinstance(value, named) and module.split(".")[0] in LIBRARIES
 
 
 def code_names(code: types.CodeType) -> set[str]:

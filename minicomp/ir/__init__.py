@@ -4,6 +4,6 @@ graph.py    TensorMeta, Node, Graph; from_fx()
 dtypes.py   dtype tables: Triton names, compute dtypes, 16-bit rounding
 """
 
-from minicomp.ir.graph import RESERVED, Graph, Node, Ref, TensorMeta, from_fx
+from minicomp.ir.graph import RESERVED, Graph, Node, Ref, TensorMeta, from_fx, is_reserved
 
-__all__ = ["RESERVED", "Graph", "Node", "Ref", "TensorMeta", "from_fx"]
+__all__ = ["RESERVED", "Graph", "Node", "Ref", "TensorMeta", "from_fx", "is_reserved"]

@@ -1,6 +1,6 @@
 """The IR: a networkx DiGraph of typed nodes, built from an ATen-level FX graph.
 (The DiGraph is made on first use: the plan and codegen ask only for each node's users,
-kept as lists, so a process's first compile does not import networkx: ~0.2 s.)
+kept as lists, so a compile that needs no graph algorithm does not import networkx.)
 
 Each node is one ATen op (or a graph input) with the metadata of its result:
 shape, stride, dtype, device. Edges run from producer to consumer. Later stages
@@ -86,8 +86,9 @@ class Node:
         _collect_refs((self.args, self.kwargs), found)
         return found
 
-    def describe(self, kind: str | None = None) -> str:
-        """One line: name, type, the op and its arguments (and how it lowers, when `kind` is given)."""
+    def describe(self, kind: object | None = None) -> str:
+        """One line: name, type, the op and its arguments (and how it lowers, when `kind` is given:
+        a plan's `NodeKind`, printed as its word)."""
         meta = self.meta
         if isinstance(meta, TensorMeta):
             head = f"{self.name}: {meta} stride {meta.stride} {meta.device}"
@@ -128,7 +129,7 @@ class Graph:
     the node's value (from `x.mul_(2)` in the user's function).
     constants: tensors the trace captured (inputs of the graph that the caller
     does not pass: the generated `call` takes them as keyword arguments).
-    split: reductions that compute the K partial results of a split reduction
+    partials: reductions that compute the K partial results of a split-K reduction
     (split_reductions.py): node -> (the reduction it was split from, K).
     grouped: those of them whose partials are the row groups of a row kernel over their
     source (split_reductions.py): node -> how many leading dims of its source are rows.
@@ -140,12 +141,12 @@ class Graph:
         outputs: list,
         mutations: list[tuple[str, str]],
         constants: dict[str, torch.Tensor] | None = None,
-        split: dict[str, tuple[str, int]] | None = None,
+        partials: dict[str, tuple[str, int]] | None = None,
         grouped: dict[str, int] | None = None,
     ):
         self.nodes = {n.name: n for n in nodes}
         self.constants = constants or {}
-        self.split = split or {}
+        self.partials = partials or {}
         self.grouped = grouped or {}
         self.order = [n.name for n in nodes]
         self.outputs = outputs
@@ -185,7 +186,7 @@ class Graph:
     def users(self, name: str) -> list[str]:
         return list(self._users[name])
 
-    def describe(self, kinds: dict[str, str] | None = None) -> str:
+    def describe(self, kinds: dict[str, object] | None = None) -> str:
         """The graph, a node a line; with `kinds` (a plan's), each op says how it lowers."""
         lines = [self.nodes[name].describe((kinds or {}).get(name)) for name in self.order]
         lines.append(f"return {self.outputs}")
@@ -215,19 +216,42 @@ def _convert(value, rename: dict[str, str]):
     return value
 
 
-RESERVED = set(keyword.kwlist) | {"torch", "triton", "tl", "libdevice", "call", "offsets", "mask", "pid"}
+RESERVED = set(keyword.kwlist) | {
+    "torch", "triton", "tl", "libdevice", "call", "call_boxed", "args", "Launch",
+    "offsets", "mask", "pid", "n_elements", "BLOCK_SIZE",
+    "xindex", "xmask", "xstart", "xoffset", "rindex", "rmask", "roffset", "RBLOCK", "XBLOCK",
+}  # fmt: skip
+# names generated code defines: index variables x0, r1; pointers a_ptr; kernels, launches; the
+# combine helpers of templates/combine.py.j2; the runtime's Launch and launch specs
+_GENERATED = re.compile(r"[xr]\d+|.*_ptr|mc_.*|launch_\d+|_(sum|prod|max|min|argmax|argmin|exp_shift)(_nan)?|\w*Launch")
 
 
-def _input_names(gm: torch.fx.GraphModule, wanted: list[str] | None) -> dict[str, str]:
-    """Placeholder renames: make_fx's `x_1` becomes the user's `x` where that is free."""
+def is_reserved(name: str) -> bool:
+    """Whether a value may not be named `name` in generated code (it would shadow a name the
+    kernel or the wrapper defines: a user's argument `x0` is also the index of dim 0)."""
+    return name in RESERVED or _GENERATED.fullmatch(name) is not None
+
+
+def _names(gm: torch.fx.GraphModule, wanted: list[str] | None) -> dict[str, str]:
+    """Node renames: make_fx's `x_1` becomes the user's `x` where that is free, and a name that
+    generated code reserves (`is_reserved`) becomes a free one (`x0` -> `x0_v`)."""
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     taken = {n.name for n in gm.graph.nodes} | RESERVED
     rename = {}
     for fx_name, want in zip(placeholders, wanted or []):
         want = re.sub(r"[^A-Za-z0-9_]", "_", want)  # generated identifiers stay ASCII
-        if want and want.isidentifier() and want not in taken:
+        if want and is_reserved(want):
+            want = f"{want.strip('_') or 'v'}_v"
+        if want and want.isidentifier() and want not in taken and not is_reserved(want):
             rename[fx_name] = want
             taken.add(want)
+    for node in gm.graph.nodes:
+        if node.op != "output" and node.name not in rename and is_reserved(node.name):
+            free = f"{node.name.strip('_') or 'v'}_v"
+            while free in taken or is_reserved(free):
+                free += "_"
+            rename[node.name] = free
+            taken.add(free)
     return rename
 
 
@@ -236,7 +260,7 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
 
     input_names: names for the graph inputs, in order (the user's argument names).
     """
-    rename = _input_names(gm, input_names)
+    rename = _names(gm, input_names)
     nodes: list[Node] = []
     outputs: list = []
     mutations: list[tuple[str, str]] = []
@@ -254,7 +278,7 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
                 mutations.append((_convert(fx_node.args[0], rename).name, _convert(fx_node.args[1], rename).name))
                 continue
             node = Node(
-                fx_node.name,
+                rename.get(fx_node.name, fx_node.name),
                 fx_node.target,
                 _convert(fx_node.args, rename),
                 _convert(dict(fx_node.kwargs), rename),
@@ -263,8 +287,9 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
             nodes.append(node)
         elif fx_node.op == "get_attr":  # a tensor constant of the trace (torch.tensor([...]) in the function)
             value = getattr(gm, fx_node.target)
-            constants[fx_node.name] = value
-            nodes.append(Node(fx_node.name, "input", meta=_meta_of(value)))
+            name = rename.get(fx_node.name, fx_node.name)
+            constants[name] = value
+            nodes.append(Node(name, "input", meta=_meta_of(value)))
         else:
             raise NotImplementedError(f"FX node kind {fx_node.op!r} ({fx_node.name}) in an ATen graph")
     return Graph(nodes, outputs, mutations, constants)

@@ -7,7 +7,7 @@ A fused kernel walks one iteration space, a shape S, as a flat range of
 
 Every tensor value inside the kernel is evaluated at an index: one `Expr` per
 dim of that value's shape. Views rewrite the index and never copy: a permute
-reorders it, a slice scales and shifts it, a reshape splits and merges it with
+reorders it, a slice scales and shifts it, a reshape divides and merges it with
 // and %. A load finally turns an index into an address, sum(index_k * stride_k).
 
 `Expr` keeps just enough algebra to make those indexes read like hand-written
@@ -174,7 +174,7 @@ class Expr:
         return lo, hi
 
     # -- integer division --------------------------------------------------
-    def _split(self, d: int) -> tuple[Expr, Expr]:
+    def _divmod(self, d: int) -> tuple[Expr, Expr]:
         """self = d * quotient + rest, pulling every multiple of d out of rest."""
         q_terms = {a: c // d for a, c in self.terms if c % d == 0}
         r_terms = {a: c for a, c in self.terms if c % d != 0}
@@ -184,7 +184,7 @@ class Expr:
     def floordiv(self, d: int) -> Expr:
         if d == 1:
             return self
-        quotient, rest = self._split(d)
+        quotient, rest = self._divmod(d)
         lo, hi = rest.bounds
         if lo < 0:  # only lanes masked off can be negative; keep the plain form
             return Expr.of(FloorDiv(self, d))
@@ -195,7 +195,7 @@ class Expr:
     def mod(self, d: int) -> Expr:
         if d == 1:
             return Expr()
-        _, rest = self._split(d)
+        _, rest = self._divmod(d)
         lo, hi = rest.bounds
         if lo < 0:
             return Expr.of(Mod(self, d))

@@ -1,6 +1,7 @@
 """What a reduction kernel walks (`ReductionSpace`) and how (`reduction_form`): persistent or
-looped, its RBLOCK, whether its rows are contiguous. Shared by the plan (fusion.py) and the
-Graph -> Graph stage before it (split_reductions.py), which decides splits from the same form.
+looped, its RBLOCK, whether its rows are contiguous; and how many tiles of rows its programs
+take (`row_tiles`). Shared by the plan (fusion.py) and the Graph -> Graph stage before it
+(split_reductions.py), which decides splits from the same form.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from minicomp import config
 from minicomp.lowering import ops
+from minicomp.tiles import rows_per_program
 
 
 @dataclass(frozen=True)
@@ -54,20 +56,18 @@ class ReductionSpace:
 
 
 def reduction_form(
-    space: ReductionSpace, stride: tuple[int, ...] | None = None, itemsize: int = 0, hosts: bool = False
+    space: ReductionSpace, stride: tuple[int, ...] | None = None, itemsize: int = 0, takes_row_groups: bool = False
 ) -> tuple[bool, int, bool]:
     """(looped, RBLOCK, outer) of a kernel over `space` whose reduced value has `stride` and
     whose widest input of the space's shape has elements of `itemsize` bytes (`row_itemsize`).
 
     A row is held whole in registers (persistent: RBLOCK the next power of two) when it has up
     to config "persistent_rows" elements and up to config "persistent_bytes" bytes of its widest
-    input, or when the kernel `hosts` a column reduction of row groups (split_reductions.py:
+    input, or when the kernel `takes_row_groups` of a column reduction (split_reductions.py:
     only a persistent kernel walks its rows in groups). Any other row is walked config
     "loop_block" elements at a time (fewer for a shorter row), a later pass reading it again
-    from L2 (eviction hints, codegen/reduction.py): over rows of 1024-8192 elements in float32
-    and bfloat16, norms and softmax on an H200, this beat the whole row in registers (1.00-1.03x
-    the memory floor against 1.03-1.07x; benchmarks/experiments/reduction_forms.py), the
-    registers a held row takes costing more than the second read from L2. An *outer* reduction
+    from L2 (eviction hints, codegen/reduction.py): the registers a held row takes cost more
+    than the second read (benchmarks/experiments/reduction_forms.py). An *outer* reduction
     (its rows, not its reduced dims, are contiguous in memory: a bias gradient's sum(0)) takes
     config "outer_block" elements of a row a step, so that a program's many rows (XBLOCK) make
     each load one contiguous run."""
@@ -76,14 +76,22 @@ def reduction_form(
     if outer:
         step = config.get("outer_block")
         return (False, whole, True) if extent <= step else (True, step, True)
-    if extent <= config.get("persistent_rows") and (hosts or extent * itemsize <= config.get("persistent_bytes")):
+    if extent <= config.get("persistent_rows") and (
+        takes_row_groups or extent * itemsize <= config.get("persistent_bytes")
+    ):
         return False, whole, False
     return True, min(config.get("loop_block"), whole), False
 
 
-def can_host(space: ReductionSpace, stride: tuple[int, ...] | None = None) -> bool:
-    """Can a kernel over `space` hold its rows whole, as one that hosts row groups must?"""
+def can_take_row_groups(space: ReductionSpace, stride: tuple[int, ...] | None = None) -> bool:
+    """Can a kernel over `space` hold its rows whole, as one that takes row groups must?"""
     return not space.is_outer(stride) and space.extent <= config.get("persistent_rows")
+
+
+def row_tiles(space: ReductionSpace, rblock: int) -> int:
+    """The programs a kernel over `space` with `rblock` row elements a program takes when nothing
+    is measured: tiles of `rows_per_program` rows (the runtime's untuned choice)."""
+    return -(-space.rows // rows_per_program(space.rows, rblock))
 
 
 def row_itemsize(graph, name: str) -> int:
@@ -97,7 +105,7 @@ def row_itemsize(graph, name: str) -> int:
         if node.name in seen:
             continue
         seen.add(node.name)
-        if not node.is_input and ops.classify(node, graph)[0] in ("pointwise", "view"):
+        if not node.is_input and ops.classify(node, graph)[0].fusible:
             stack += [i for i in node.inputs() if graph[i].meta.numel == meta.numel]
         elif node.meta.numel == meta.numel:
             widest = max(widest, node.meta.dtype.itemsize)

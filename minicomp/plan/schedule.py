@@ -1,11 +1,11 @@
 """The order a generated `call` runs its steps in: the plan's, or one that needs less memory.
 
 fusion.plan orders the steps by stage, which is a valid order but not a frugal
-one: a chain of view externs counts a stage each, so a backward ran the matmul
-that computes an MLP's hidden-state gradient, then the kernel that turns it into
-the gate and up gradients, and only then the matmul for `w_down`'s gradient,
-the last use of the saved activation it reads: three 88 MiB buffers alive with
-the saved one (a decoder block's training step, issue #16).
+one: a chain of view externs counts a stage each, so in stage order a backward
+runs the matmul that computes an MLP's hidden-state gradient, then the kernel
+that turns it into the gate and up gradients, and only then the matmul for
+`w_down`'s gradient, the last use of the saved activation it reads: three
+large buffers alive with the saved one.
 
 `order` replays the plan's steps against a model of the memory they hold
 (storages.py: what each step allocates, what is freed after the step that
@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import torch
 
-from minicomp.plan.fusion import Extern, Kernel, Plan
+from minicomp.plan.steps import Extern, Kernel, Plan
 from minicomp.plan.storages import Storages, defines, uses
 
 Step = Kernel | Extern
@@ -54,8 +54,8 @@ def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
 def _views_late(plan: Plan, storages: Storages, steps: list[int], touched: list[set[str]]) -> list[int]:
     """`steps` with each view extern (a `view`, `permute`, ... of another value) moved to just
     before the first step that reads it. A backward starts with dozens of them (the transposed
-    weights and saved activations its matmuls read): run first, their Python calls (~2 us each)
-    kept the GPU waiting for the first matmul; run late, they overlap the GPU's work. A
+    weights and saved activations its matmuls read): run first, their Python calls keep the
+    GPU waiting for the first matmul; run late, they overlap the GPU's work. A
     `getitem` stays where it is (it is what lets its tuple go)."""
     view = {
         i

@@ -2,7 +2,7 @@
 
 A bias gradient's sum(0) over [32768, 4096] has 4096 rows of 32768 elements;
 the sum of a whole tensor has one row of all of them. A reduction kernel
-takes a tile of rows a program (reduction_space.reduction_form, launch_configs.rows_per_program),
+takes a tile of rows a program (reduction_space.reduction_form, tiles.rows_per_program),
 so such a reduction keeps a few SMs busy and leaves the rest idle. Before
 planning, the graph is rewritten, as Inductor does:
 
@@ -18,7 +18,7 @@ are held in the reduction's accumulation dtype (float32 for 16-bit floats,
 int64 for integer sums), so the result is eager's up to summation order.
 
 When (config): the reduction has fewer than "split_below" row tiles (a tile:
-the rows one program takes, launch_configs.rows_per_program; 256 is about two per SM
+the rows one program takes, reduction_space.row_tiles; 256 is about two per SM
 of an H100 or H200, so a norm over 2048 rows is never split), it reads at
 least "split_min_numel" elements, and K = min(extent // "split_chunk",
 "split_programs" / row tiles) is at least 2. The cut dim is the reduced dim
@@ -64,9 +64,9 @@ from minicomp import config
 from minicomp.ir import Graph, Node, Ref, TensorMeta
 from minicomp.lowering import ops
 from minicomp.lowering.indexing import contiguous_strides
+from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
-from minicomp.plan.reduction_space import ReductionSpace, can_host, reduction_form, row_itemsize
-from minicomp.runtime.launch_configs import rows_per_program
+from minicomp.plan.reduction_space import ReductionSpace, can_take_row_groups, reduction_form, row_itemsize, row_tiles
 
 aten = torch.ops.aten
 
@@ -84,13 +84,13 @@ SPLITTABLE = {
 def split_reductions(graph: Graph) -> Graph:
     """`graph` with every reduction that qualifies split in two (the same graph when none does)."""
     nodes: list[Node] = []
-    split, grouped = dict(graph.split), dict(graph.grouped)
+    partials, grouped = dict(graph.partials), dict(graph.grouped)
     taken = set(graph.order)
-    hosts = _hosts(graph)
+    row_kernels = _row_kernels(graph)
     for name in graph.order:
         node = graph[name]
         lead, cut = 0, None
-        if (group := _group_cut(node, graph, hosts)) is not None:
+        if (group := _group_cut(node, graph, row_kernels)) is not None:
             lead, cut = group
         else:
             cut = _cut(node, graph)
@@ -99,19 +99,19 @@ def split_reductions(graph: Graph) -> Graph:
             continue
         made, partial, k = _rewrite(node, graph, *cut, taken, lead)
         nodes += made
-        split[partial] = (name, k)
+        partials[partial] = (name, k)
         if lead:
             grouped[partial] = lead
-    if len(split) == len(graph.split):
+    if len(partials) == len(graph.partials):
         return graph
-    return Graph(nodes, graph.outputs, graph.mutations, graph.constants, split, grouped)
+    return Graph(nodes, graph.outputs, graph.mutations, graph.constants, partials, grouped)
 
 
-def _hosts(graph: Graph) -> tuple[dict[ReductionSpace, list[str]], dict[tuple, list[str]]]:
+def _row_kernels(graph: Graph) -> tuple[dict[ReductionSpace, list[str]], dict[tuple, list[str]]]:
     """What a row-group partial can ride in: the row reductions (rows leading, reduced dims
-    trailing) short enough to hold their rows whole, by space (a kernel hosting row groups is
+    trailing) short enough to hold their rows whole, by space (a kernel taking row groups is
     held whole: fusion.py); and the computed values the graph returns (a gradient
-    written beside the column sums of its bias, `fusion._grouped_host`), by (shape, device)."""
+    written beside the column sums of its bias, `fusion._row_group_kernel`), by (shape, device)."""
     rows: dict[ReductionSpace, list[str]] = {}
     returned: dict[tuple, list[str]] = {}
     outputs = {o for o in graph.outputs if isinstance(o, str)}
@@ -120,39 +120,39 @@ def _hosts(graph: Graph) -> tuple[dict[ReductionSpace, list[str]], dict[tuple, l
         if node.is_input:
             continue
         kind = ops.classify(node, graph)[0]
-        if name in outputs and kind in ("pointwise", "view"):
+        if name in outputs and kind.fusible:
             returned.setdefault((node.meta.shape, node.meta.device), []).append(name)
-        if kind != "reduction":
+        if kind is not NodeKind.REDUCTION:
             continue
         r = spec(node, graph)
         src = graph[r.source].meta
         space = ReductionSpace(src.shape, r.dims, src.device)
-        if r.dims == tuple(range(src.ndim - len(r.dims), src.ndim)) and can_host(space, src.stride):
+        if r.dims == tuple(range(src.ndim - len(r.dims), src.ndim)) and can_take_row_groups(space, src.stride):
             rows.setdefault(space, []).append(name)
     return rows, returned
 
 
-def _group_cut(node: Node, graph: Graph, hosts_by) -> tuple[int, tuple[int, int, int]] | None:
+def _group_cut(node: Node, graph: Graph, row_kernels) -> tuple[int, tuple[int, int, int]] | None:
     """(leading dims that are rows, (0, groups, rows)) when `node` reduces the leading dims of a
-    value that a host (`_hosts`) also walks: a persistent row reduction over the other dims, or
-    a returned value of its shape; one that does not need `node`'s result (that one could only
-    run after it). Else None."""
-    if node.is_input or node.op_name not in SPLITTABLE or ops.classify(node, graph)[0] != "reduction":
+    value that a row kernel (`_row_kernels`) also walks: a persistent row reduction over the other
+    dims, or a returned value of its shape; one that does not need `node`'s result (that one could
+    only run after it). Else None."""
+    if not _splittable(node, graph):
         return None
     r = spec(node, graph)
     src = graph[r.source].meta
     lead = len(r.dims)
     if not 0 < lead < src.ndim or r.dims != tuple(range(lead)):
         return None
-    rows, returned = hosts_by
+    rows, returned = row_kernels
     space = ReductionSpace(src.shape, tuple(range(lead, src.ndim)), src.device)
-    hosts = rows.get(space, [])
-    if can_host(space, src.stride):  # a value of the same shape the call returns can host it too
-        hosts = hosts + returned.get((src.shape, src.device), [])
+    takers = rows.get(space, [])
+    if can_take_row_groups(space, src.stride):  # a value of the same shape the call returns can take them too
+        takers = takers + returned.get((src.shape, src.device), [])
     import networkx as nx  # only here (and in explain): a compile with no such reduction never loads it
 
     after = nx.descendants(graph.dag, node.name)
-    if all(b in after for b in hosts):  # no row kernel to ride in: each needs this result first
+    if all(b in after for b in takers):  # no row kernel to ride in: each needs this result first
         return None
     if any(src.stride[d] != src.stride[d + 1] * src.shape[d + 1] for d in range(lead - 1)):
         return None  # the rows are not one run of memory: no view merges them
@@ -164,9 +164,14 @@ def _group_cut(node: Node, graph: Graph, hosts_by) -> tuple[int, tuple[int, int,
     return lead, (0, rows // group, rows)
 
 
+def _splittable(node: Node, graph: Graph) -> bool:
+    """Is `node` a reduction that a kernel computes, of an op with a split form (`SPLITTABLE`)?"""
+    return not node.is_input and node.op_name in SPLITTABLE and ops.classify(node, graph)[0] is NodeKind.REDUCTION
+
+
 def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
     """(dim to cut, K, that dim's size after padding) when `node` is split, else None."""
-    if node.is_input or node.op_name not in SPLITTABLE or ops.classify(node, graph)[0] != "reduction":
+    if not _splittable(node, graph):
         return None
     r = spec(node, graph)
     src = graph[r.source].meta
@@ -174,7 +179,7 @@ def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
     if space.rows * space.extent < config.get("split_min_numel"):
         return None
     _, rblock, _ = reduction_form(space, src.stride, row_itemsize(graph, r.source))
-    tiles = -(-space.rows // rows_per_program(space.rows, rblock))
+    tiles = row_tiles(space, rblock)
     if tiles >= config.get("split_below"):
         return None
     target = config.get("split_programs")

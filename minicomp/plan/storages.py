@@ -1,7 +1,7 @@
 """Which values of a plan share memory, how many bytes each memory holds, and when it is free.
 
 A generated `call` holds its values in Python names and `del`s each after the
-step that uses it last (codegen/module.py), so a buffer is freed when the last
+step that uses it last (codegen/wrapper.py), so a buffer is freed when the last
 name that reaches its memory goes. A kernel's store and an extern ATen call's
 result own new memory; a view extern (`view`, `permute`, any op whose schema
 returns an alias of its input) and a `getitem` of a multi-output call reach the
@@ -10,7 +10,7 @@ call. Inputs are freed by their last use only where the caller hands them over
 (AOTAutograd's boxed backward drops its saved tensors as it passes them).
 
 Used by schedule.py (an order of the steps that needs less memory) and by
-codegen/module.py (a kernel's output written over an input that dies there).
+codegen/reuse.py (a kernel's output written over an input that dies there).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import torch
 
 from minicomp.ir import TensorMeta
 from minicomp.lowering import ops
-from minicomp.plan.fusion import Extern, Kernel, Plan
+from minicomp.lowering.ops import NodeKind
+from minicomp.plan.steps import Extern, Kernel, Plan
 
 # ops whose schema promises a new tensor but which may hand back their input's memory
 MAY_ALIAS = {"_unsafe_view", "contiguous", "reshape", "to", "lift_fresh", "alias", "detach"}
@@ -61,7 +62,7 @@ class Storages:
         owner: dict[str, str] = {}
         for name in graph.order:
             node = graph[name]
-            source = _aliased(node) if plan.kinds.get(name) == "extern" else None
+            source = _aliased(node) if plan.kinds.get(name) is NodeKind.EXTERN else None
             owner[name] = owner.get(source, name) if source else name
         size = {name: nbytes(graph[name].meta) for name in graph.order if owner[name] == name}
         outputs = [o for o in graph.outputs if isinstance(o, str)]

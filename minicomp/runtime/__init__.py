@@ -1,14 +1,30 @@
 """Runtime: what a generated module imports and what loads it. Never the compiler.
 
-launch.py          Launch: one kernel's configuration, compile and bound C launcher
+launch.py          Launch: one kernel's launches, coordinating the modules below
+launch_spec.py     PointwiseLaunch, CombinedLaunch, ReductionLaunch: a kernel kind's grid and configurations
 launch_configs.py  the configurations a kernel is launched with and tuned over
+tuning.py          which configuration the first call takes: heuristic, remembered or timed
+records.py         a kernel's records on disk: its compiled binaries and its tuning choice
+ahead.py           compiling a kernel ahead of its first call
+binding.py         a compiled kernel bound to its C launcher: the call path once compiled
+compile_pool.py    the threads kernels compile in ahead of their first call
 loader.py          generated source -> a module in the cache directory, imported
 cache.py           the cache directory: private, verified, only its own files
-compile_pool.py    threads that compile kernels ahead of their first call
 interpreter_math.py  libdevice spelled for Triton's interpreter (CPU tensors)
 """
 
 from minicomp.runtime.launch import Launch
+from minicomp.runtime.launch_spec import CombinedLaunch, PointwiseLaunch, ReductionLaunch
 from minicomp.runtime.loader import forget_loaded, load, module_name, module_path, source_hash
 
-__all__ = ["Launch", "forget_loaded", "load", "module_name", "module_path", "source_hash"]
+__all__ = [
+    "CombinedLaunch",
+    "Launch",
+    "PointwiseLaunch",
+    "ReductionLaunch",
+    "forget_loaded",
+    "load",
+    "module_name",
+    "module_path",
+    "source_hash",
+]

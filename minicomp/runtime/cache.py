@@ -2,8 +2,8 @@
 
     <cache>/modules/<function>_<text hash>.py   generated modules (runtime.py imports them)
     <cache>/entries/<key>.json                  (function fingerprint, signature) -> module (persist.py)
-    <cache>/kernels/<kernel>_<key>.json         where a compiled binary lies in Triton's cache (launch.py)
-    <cache>/tuning/<kernel>_<key>.json          measured launch configurations (launch.py)
+    <cache>/kernels/<kernel>_<key>.json         where a compiled binary lies in Triton's cache (records.py)
+    <cache>/tuning/<key>.json                   measured launch configurations (records.py)
 
 The cache holds code that minicomp runs, so it is treated like Triton's and
 Inductor's per-user caches: a directory that is not owned by this user, or

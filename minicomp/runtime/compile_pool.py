@@ -1,11 +1,10 @@
-"""The threads kernels compile in ahead of their first call (launch.py `Launch.prepare`).
+"""The threads kernels compile in ahead of their first call (ahead.py).
 
 One pool a process, made on its first use (a cache hit never needs it), of
 MINICOMP_COMPILE_THREADS threads (default: the CPU count, at most 32). Triton
 spends a compile in C++ passes that release the GIL and in ptxas and cc
 subprocesses, so the threads compile side by side; its Python frontend holds
-the GIL, which slows the main thread meanwhile (benchmarks/experiments/
-compile_threads.py: 16 threads beat 6 and 2 on the decoder block's first step).
+the GIL, which slows the main thread meanwhile (benchmarks/experiments/compile_threads.py).
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ def start_triton(values) -> None:
     """Start Triton's one-time costs of a process in a pool thread, so that they overlap the
     capture of the first compile (function.py and dynamo.py call this on a miss, with its
     arguments): its CUDA driver (a C helper, built with cc when Triton's cache is cold) and the
-    hash of its own installation that its JIT keys binaries by (~0.3 s), for the device of the
-    first CUDA tensor among `values` (none: nothing to start). `Launch.prepare` waits for it."""
+    hash of its own installation that its JIT keys binaries by, for the device of the
+    first CUDA tensor among `values` (none: nothing to start). ahead.py waits for it."""
     device = next((v.device for v in values if isinstance(v, torch.Tensor) and v.device.type == "cuda"), None)
     if device is None:
         return

@@ -1,29 +1,28 @@
 """Which (block, num_warps) a generated kernel is launched with: the heuristics, and the
-candidates a large kernel is tuned over (launch.py times them on the first call).
+candidates a large kernel is tuned over (tuning.py times them on the first call).
 
-Launch configuration, measured on an H200 (benchmarks/experiments/):
-  * kernels under 16M elements: 1024 elements per program and 4 warps (8
-    elements, two 16-byte float32 vectors, per thread); tiny ones one program.
-  * larger kernels: the best of config "launch_candidates", timed on the first call's real
-    arguments and remembered on disk (`<cache>/tuning/`), so a second process
-    reuses the choice. The spread is real: RoPE in bf16 ran 1.09x the memory
-    floor at 1024/4 and 1.03x at 512/4, while bias+ReLU in bf16 went the
-    other way (1.08x and 1.34x).
+  * kernels under config "tune_min_numel" elements: `heuristic`, 1024 elements per
+    program and 4 warps (8 elements, two 16-byte float32 vectors, per thread); tiny
+    ones one program.
+  * larger kernels: the best of config "launch_candidates", timed on the first call's
+    real arguments and remembered on disk (`<cache>/tuning/`), so a second process
+    reuses the choice.
   * Triton's interpreter (CPU) runs one program at a time in numpy: few, large
     programs are fastest there.
-  * a kernel walked in parts (codegen/split.py) writes `parts` elements per
+  * a kernel walked in parts (codegen/parts.py) writes `parts` elements per
     offset: its BLOCK_SIZE is the configuration's divided by `parts`, so that a
-    program handles the same number of elements.
-  * a reduction kernel (`row` = its RBLOCK) is launched over rows: its block is
-    XBLOCK, the rows a program takes; `reduction_heuristic` and
-    `reduction_candidates` below, tuned the same way. A grouped one (`groups`
-    programs, split_reductions.py) takes its group's rows XBLOCK at a time:
-    its grid is fixed, XBLOCK is chosen for the group.
+    program handles the same number of elements (launch_spec.py).
+  * a reduction kernel is launched over rows: its block is XBLOCK, the rows a
+    program takes; `reduction_heuristic` and `reduction_candidates` below, tuned
+    the same way. A grouped one (`groups` programs, split_reductions.py) takes its
+    group's rows XBLOCK at a time: its grid is fixed, XBLOCK is chosen for the group.
 """
 
 from __future__ import annotations
 
 import torch
+
+from minicomp.tiles import rows_per_program  # the plan's split rule counts tiles of the same size
 
 WARPS = (1, 2, 4, 8, 16, 32)
 
@@ -49,17 +48,10 @@ def reduction_heuristic(rows: int, row: int, device: torch.device) -> tuple[int,
     return xblock, min(16, max(1, xblock * row // 512))
 
 
-def rows_per_program(rows: int, row: int) -> int:
-    """XBLOCK without measuring: a tile of about 2048 elements, `row` of each row."""
-    return min(next_power_of_2(max(rows, 1)), max(1, 2048 // row))
-
-
 def reduction_candidates(rows: int, row: int) -> list[tuple[int, int]]:
     """The (XBLOCK, num_warps) a reduction kernel is timed with: tiles of up to 8192 elements
     (rows a program from the largest such down to a quarter of it), warps for 256 to 2048
-    elements of the tile a warp. The range is measured (benchmarks/experiments/reduction_configs.py,
-    H200): cross-entropy's looped rows are fastest at 2048 a warp, RMSNorm's persistent ones and
-    column sums at 256-1024."""
+    elements of the tile a warp (benchmarks/experiments/reduction_configs.py)."""
     top = min(next_power_of_2(max(rows, 1)), max(1, 8192 // row))
     found = []
     for xblock in (top, top // 2, top // 4):

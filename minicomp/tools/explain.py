@@ -1,16 +1,17 @@
-"""`minicomp.explain(fn, *args)`: every stage of one compile, as text and as a picture.
+"""`minicomp.explain(fn, *args)`: every stage of one compile, as text (and a picture on request).
 
-    report = minicomp.explain(bias_gelu, x, b, image="bias_gelu.svg")
-    print(report)
+    print(minicomp.explain(bias_gelu, x, b))                          # text only
+    minicomp.explain(bias_gelu, x, b, image="bias_gelu.svg")          # also writes the picture
 
 Sections: the captured ATen FX graph, the IR, the fusion plan (kernels,
 extern calls, and why each edge that crosses a kernel boundary was not fused),
-the generated module, and on a GPU the measured time of every kernel the call
-launched. With inputs that need gradients, forward and backward each get the
-same sections. The image draws the IR graph with each node colored by the
-kernel that computes it (see `graph_svg`).
+the generated module, the compile's stages, and on a GPU the measured time of
+every kernel the call launched. With inputs that need gradients, forward and
+backward each get the same sections. The picture (written only when `image`
+names a file) draws the IR graph with each node colored by the kernel that
+computes it (see `graph_svg`).
 
-`minicomp explain [rope|bias_gelu|...] [--image FILE]` does this for a built-in example.
+`minicomp explain [rope_fw|bias_relu|...] [--image FILE]` does this for a built-in workload.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Explanation:
 
 
 def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation:
-    """Compile fn for these arguments and describe every stage; write the graph image to `image` (.svg)."""
+    """Compile fn for these arguments and describe every stage; with `image` (a path ending in .svg),
+    also write the graph picture there. Nothing is written otherwise."""
     jitted = fn if isinstance(fn, JitFunction) else JitFunction(fn)
     entry = jitted.entry(*args, **kwargs)
     if isinstance(entry, TrainingEntry) and entry.backward is None:
@@ -121,6 +123,9 @@ def kernel_times(jitted: JitFunction, args, kwargs, repeats: int = 20) -> str:
 # -- the picture ------------------------------------------------------------------
 
 
+SVG_BOX = (150, 34, 60, 18)  # a node's width and height, the gaps between columns and rows
+
+
 def graph_svg(compiled: Compiled, title: str = "") -> str:
     """The IR graph as SVG: one column per topological generation, nodes colored by kernel.
 
@@ -130,19 +135,14 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
     import networkx as nx
 
     graph, plan = compiled.graph, compiled.plan
-    kernel_of: dict[str, Kernel] = {}
-    for kernel in plan.kernels:
-        for name in kernel.nodes + kernel.stores:
-            kernel_of.setdefault(name, kernel)
+    w, h, gap_x, gap_y = SVG_BOX
     columns = list(nx.topological_generations(graph.dag))
-    w, h, gap_x, gap_y = 150, 34, 60, 18
     pos = {
         n: (20 + i * (w + gap_x), 50 + j * (h + gap_y))
         for i, col in enumerate(columns)
         for j, n in enumerate(sorted(col, key=graph.order.index))
     }
-    rows = max((len(c) for c in columns), default=1)
-    legend_y = 50 + rows * (h + gap_y) + 10
+    legend_y = 50 + max((len(c) for c in columns), default=1) * (h + gap_y) + 10
     width = max(20 + len(columns) * (w + gap_x), 400)
     height = legend_y + 24 * (len(plan.kernels) + 2)
     out = [
@@ -159,6 +159,19 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
             f'<line x1="{x1 + w}" y1="{y1 + h / 2}" x2="{x2}" y2="{y2 + h / 2}" stroke="#555" '
             'marker-end="url(#arrow)"/>'
         )
+    out += _svg_nodes(compiled, pos) + _svg_legend(compiled, legend_y) + ["</svg>"]
+    return "\n".join(out) + "\n"
+
+
+def _svg_nodes(compiled: Compiled, pos: dict[str, tuple[int, int]]) -> list[str]:
+    """Each node as a box at `pos`, filled with its kernel's color, its name and op inside."""
+    graph, plan = compiled.graph, compiled.plan
+    w, h, _, _ = SVG_BOX
+    kernel_of: dict[str, Kernel] = {}
+    for kernel in plan.kernels:
+        for name in kernel.nodes + kernel.stores:
+            kernel_of.setdefault(name, kernel)
+    out = []
     for name, (x, y) in pos.items():
         node = graph[name]
         kernel = kernel_of.get(name)
@@ -171,7 +184,14 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
         )
         out.append(f'<text x="{x + 6}" y="{y + 14}">{html.escape(name[:20])}</text>')
         out.append(f'<text x="{x + 6}" y="{y + 27}" fill="#333">{html.escape(node.op_name[:20])}</text>')
-    for i, kernel in enumerate(plan.kernels):
+    return out
+
+
+def _svg_legend(compiled: Compiled, legend_y: int) -> list[str]:
+    """A line per kernel (its color, what it reads and writes), then what the colors mean."""
+    kernels = compiled.plan.kernels
+    out = []
+    for i, kernel in enumerate(kernels):
         y = legend_y + 24 * i
         out.append(
             f'<rect x="20" y="{y}" width="16" height="16" fill="{PALETTE[kernel.index % len(PALETTE)]}" stroke="#222"/>'
@@ -180,12 +200,11 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
             f'<text x="44" y="{y + 12}">{html.escape(kernel.name)}: {len(kernel.nodes)} ops, reads '
             f"{html.escape(', '.join(kernel.loads))}, writes {html.escape(', '.join(kernel.stores))}</text>"
         )
-    y = legend_y + 24 * len(plan.kernels)
+    y = legend_y + 24 * len(kernels)
     out.append(
         f'<text x="20" y="{y + 12}">gray: extern ATen call   white: input   thick border: written to memory</text>'
     )
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 # -- `minicomp explain` ---------------------------------------------------------------
@@ -194,15 +213,33 @@ def graph_svg(compiled: Compiled, title: str = "") -> str:
 def main(argv=None) -> int:
     from minicomp.tools.workloads import WORKLOADS
 
-    examples = {name: work for name, work in WORKLOADS.items() if not work.backward}
-    parser = argparse.ArgumentParser(prog="minicomp explain", description=__doc__.split("\n\n")[0])
-    parser.add_argument("example", nargs="?", default="rope_fw", choices=list(examples))
-    parser.add_argument("--image", default=None, help="write the graph picture here (default: <example>.svg)")
+    examples = [name for name, work in WORKLOADS.items() if not work.backward]
+    parser = argparse.ArgumentParser(
+        prog="minicomp explain",
+        description="Compile one built-in workload and print every stage: the captured graph, the IR, "
+        "the fusion plan with the reason for each edge not fused, the generated module, compile times "
+        "(and kernel times on a GPU).",
+    )
+    parser.add_argument(
+        "example",
+        nargs="?",
+        default="rope_fw",
+        metavar="WORKLOAD",
+        help=f"default rope_fw; one of: {', '.join(examples)}",
+    )
+    parser.add_argument(
+        "--image",
+        default=None,
+        metavar="FILE.svg",
+        help="also write the graph, colored by kernel, to this file (default: no file is written)",
+    )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args(argv)
+    if args.example not in examples:
+        parser.error(f"unknown workload {args.example!r}: choose from {', '.join(examples)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    work = examples[args.example]
+    work = WORKLOADS[args.example]
     size = work.sizes[0] if device.type == "cuda" else 8
     inputs = work.make(size, getattr(torch, args.dtype), device)
-    print(explain(work.fn, *inputs, image=args.image or f"{args.example}.svg"))
+    print(explain(work.fn, *inputs, image=args.image))
     return 0

@@ -211,7 +211,7 @@ def _block(dim: int = 2048, hidden: int = 5632, batch: int = 4, kv_heads: int | 
 
 
 ROWS = [512, 2048, 8192]  # x of [rows, 8192]; 8192 rows is the headline [8192, 8192]
-NORM_ROWS = [2048, 8192, 32768]  # x of [rows, 4096]; the headline is the issue's [32768, 4096]
+NORM_ROWS = [2048, 8192, 32768]  # x of [rows, 4096]; the headline is [32768, 4096]
 VOCAB_ROWS = [1024, 4096, 8192]  # logits of [rows, 32000]
 SEQS = [128, 512, 2048, 8192]  # q, k of [8, 32, S, 128]
 ROPE_SEQS = [512, 2048]  # the RoPE forms' q, k of [4, heads, S, 128]
@@ -226,7 +226,7 @@ WORKLOADS = {
         Workload("swiglu", swiglu, _matrix(2, False), ROWS),
         Workload("rope_fw", rope, _rope_inputs(False), SEQS),
         Workload("rope_fwbw", rope, _rope_inputs(True), SEQS, backward=True),
-        # RoPE as real models lay it out (issue #18): Llama with GQA (32 q heads, 8 k heads, q/k
+        # RoPE as real models lay it out: Llama with GQA (32 q heads, 8 k heads, q/k
         # transposed views of [B, S, H, D]), GPT-NeoX's partial rotary (a quarter of the head
         # dim), GPT-J's interleaved pairs
         Workload("rope_gqa", rope, _rope_forms(32, 8, 128, transposed=True), ROPE_SEQS),
@@ -249,14 +249,14 @@ WORKLOADS = {
         Workload("head_sum", head_sum, _heads, [512, 2048]),
         Workload("mse_loss", mse_loss, _rows(2, 0), NORM_ROWS),
         Workload("llama_block", llama_block, _block(), [512, 2048]),
-        # training (forward + backward): the baselines of issue #16
+        # training (forward + backward)
         Workload("rms_norm_fwbw", rms_norm, _rows(1, 1, grad=True), NORM_ROWS, backward=True),
         Workload("layer_norm_fwbw", layer_norm, _rows(1, 2, grad=True), NORM_ROWS, backward=True),
         Workload("softmax_fwbw", softmax, _rows(1, 0, grad=True), NORM_ROWS, backward=True),
         Workload("cross_entropy_fwbw", cross_entropy, _logits(32000, grad=True), VOCAB_ROWS, backward=True),
         # a bias's gradient, the column sum of the pointwise gradient that feeds it
         Workload("bias_gelu_fwbw", gelu_tanh, _matrix(1, True, grad=True), ROWS, backward=True),
-        # the issue's training step: bf16, B=4, S=2048, d=2048, 16 q heads sharing 4 k/v heads
+        # a decoder block's training step: bf16, B=4, S=2048, d=2048, 16 q heads sharing 4 k/v heads
         Workload("llama_block_fwbw", llama_block, _block(kv_heads=4, grad=True), [512, 2048], backward=True),
     ]
 }

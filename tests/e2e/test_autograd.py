@@ -3,37 +3,9 @@
 import pytest
 import torch
 import workloads as w
-from conftest import kernel_count, tolerance
+from conftest import grads_match, kernel_count
 
 import minicomp
-
-
-def grads_match(fn, *args, grad_of=None):
-    """Forward + backward through eager and minicomp; compare outputs and input grads.
-
-    With 16-bit inputs the reference is eager on float32 copies: minicomp computes in float32
-    and rounds at each store, while eager in 16 bits rounds every intermediate, and a rounded
-    intermediate near zero can fall on the other side of a ReLU (a whole seed value of
-    gradient apart: `lora_epilogue` did, about one run in twenty)."""
-    grad_of = grad_of if grad_of is not None else [i for i, a in enumerate(args) if a.is_floating_point()]
-    widen = lambda a: a.float() if a.dtype in (torch.float16, torch.bfloat16) else a  # noqa: E731
-    eager = [widen(a).detach().clone().requires_grad_(i in grad_of) for i, a in enumerate(args)]
-    mine = [a.detach().clone().requires_grad_(i in grad_of) for i, a in enumerate(args)]
-    compiled = minicomp.jit(fn)
-    outs_e, outs_m = fn(*eager), compiled(*mine)
-    outs_e = outs_e if isinstance(outs_e, tuple) else (outs_e,)
-    outs_m = outs_m if isinstance(outs_m, tuple) else (outs_m,)
-    seeds = [torch.randn_like(o) for o in outs_m]
-    sum((o.float() * s.float()).sum() for o, s in zip(outs_e, seeds)).backward()
-    sum((o.float() * s.float()).sum() for o, s in zip(outs_m, seeds)).backward()
-    tol = tolerance(args[0].dtype)
-    for a, b in zip(outs_m, outs_e):
-        torch.testing.assert_close(widen(a), b, **tol)
-    # gradients of broadcast inputs are sums of 16-bit gradients: allow more there
-    grad_tol = dict(atol=5e-2, rtol=5e-2) if args[0].dtype == torch.bfloat16 else tol
-    for i in grad_of:
-        torch.testing.assert_close(widen(mine[i].grad), eager[i].grad, **grad_tol)
-    return compiled.entry(*mine)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

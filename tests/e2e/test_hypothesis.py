@@ -96,7 +96,7 @@ def test_planes_side_by_side_cover_every_element_once(lead, tail, group, data):
         compiled = minicomp.jit(fn).compiled(x, y)
     [call] = compiled.kernels
     launch = compiled.launch(call)
-    assert launch.planes > 1 and "side by side" in compiled.source
+    assert launch.spec.planes > 1 and "side by side" in compiled.source
     args = compiled.bare_arguments(call, [x, y])
     [out] = [a for a, name in zip(args, call.buffers) if name in call.writes]
     out.fill_(float("nan"))

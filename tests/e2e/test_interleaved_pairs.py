@@ -1,4 +1,4 @@
-"""A dim walked in interleaved parts (codegen/split.py), pairs loaded and stored whole
+"""A dim walked in interleaved parts (codegen/parts.py), pairs loaded and stored whole
 (codegen/pointwise.py): GPT-J's rotary and strided slices, against eager."""
 
 import pytest

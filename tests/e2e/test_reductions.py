@@ -119,7 +119,7 @@ def test_reductions_keep_nan_and_inf_like_eager(device, form):
 def test_a_recomputed_product_rounds_as_in_its_reduction(device, form):
     """Regression (H200): softmax(x * 1e30) came out NaN at each row's maximum (eager: 1). The exp
     pass contracted x * c - max into an FMA, giving the product's rounding error (~1e23) instead
-    of 0; reduction kernels now compile without contraction (launch.py `options`)."""
+    of 0; reduction kernels now compile without contraction (launch_spec.py `ReductionLaunch.options`)."""
     x = torch.randn(4, 30, device=device)
     for fn in (lambda x: torch.softmax(x * 1e30, -1), lambda x: torch.log_softmax(x * 3e8, -1)):
         check(fn, x)

@@ -16,11 +16,11 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, kernel_count, kernel_text
-from test_autograd import grads_match
+from conftest import check, grads_match, kernel_count, kernel_text
 
 import minicomp
 from minicomp import config
+from minicomp.lowering.ops import NodeKind
 from minicomp.tools.workloads import cross_entropy, layer_norm, llama_block, rms_norm, softmax
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -229,6 +229,6 @@ def test_dynamo_training_forward_copies_no_views(device, monkeypatch):
     fn = torch.compile(lambda x, w, wo: rms_norm(x, w) @ wo, backend=minicomp.dispatch.dynamo.backend)
     fn(x, w, wo).sum().backward()
     forward = compiled[0]
-    copies = [k.name for k in forward.plan.kernels if all(forward.plan.kinds[n] == "view" for n in k.nodes)]
+    copies = [k.name for k in forward.plan.kernels if all(forward.plan.kinds[n] is NodeKind.VIEW for n in k.nodes)]
     assert not copies, copies
     torch.testing.assert_close(w.grad, torch.func.grad(lambda w: (rms_norm(x, w) @ wo).sum())(w.detach()))

@@ -229,7 +229,7 @@ def test_cache_command(tmp_path, monkeypatch, capsys):
     assert not list(tmp_path.rglob("*.py"))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="launch tuning runs on the GPU only")
+@pytest.mark.gpu  # launch tuning runs on the GPU only
 def test_large_kernels_are_tuned_once_and_remembered(tmp_path, monkeypatch):
     from minicomp import config
     from minicomp.runtime import launch
@@ -257,7 +257,7 @@ CUDA_PROBE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels exist on the GPU only")
+@pytest.mark.gpu  # compiled kernels exist on the GPU only
 def test_second_process_loads_the_compiled_kernel_without_triton_jit(tmp_path):
     env = dict(
         os.environ,
@@ -317,5 +317,5 @@ def test_a_kernel_is_named_on_disk_by_the_functions_it_calls_too():
     texts = []
     for op in ("* 2", "+ 1"):
         module = runtime.load(COMBO.format(op=op), f"combo_text_{len(texts)}", interpret=False)
-        texts.append(launch.Launch(module.combo, numel=8, device="cpu")._text())
+        texts.append(launch.Launch(module.combo, runtime.PointwiseLaunch(numel=8), device="cpu").records.text())
     assert texts[0] != texts[1] and all("def part" in t for t in texts)

@@ -1,10 +1,6 @@
-"""Cache behaviour, debug dumps, the fallback policy, and the installed wheel."""
+"""Cache behaviour, debug dumps, the fallback policy (the installed wheel: tests/tools/test_package.py)."""
 
-import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +8,6 @@ import workloads as w
 
 import minicomp
 from minicomp import runtime
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_second_call_hits_the_cache(device):
@@ -61,38 +55,3 @@ def test_untraceable_function_falls_back_to_eager_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         minicomp.jit(data_dependent, fallback="silent")(x)
-
-
-def test_installed_wheel_ships_templates_and_compiles(tmp_path):
-    """Build the wheel, install it alone into a folder, and compile from there."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path / "dist"),
-            str(ROOT),
-        ],
-        check=True,
-    )
-    wheel = next((tmp_path / "dist").glob("minicomp-*.whl"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path / "site"), str(wheel)],
-        check=True,
-    )
-    assert (tmp_path / "site" / "minicomp" / "templates" / "pointwise.py.j2").exists()
-    script = (
-        "import torch, minicomp; f = minicomp.jit(lambda x: torch.relu(x) + 1, fallback='raise'); "
-        "x = torch.randn(5); assert torch.equal(f(x), torch.relu(x) + 1); "
-        "print(minicomp.__file__)"
-    )
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"), MINICOMP_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True, cwd=tmp_path
-    )
-    assert str(tmp_path / "site") in out.stdout

@@ -319,17 +319,17 @@ def test_16_bit_tensor_and_python_float_match_eager_exactly(device, dtype, op):
 
 
 def test_first_run_failure_falls_back_to_eager(monkeypatch):
-    from minicomp.dispatch import function as api
+    from minicomp.dispatch.entries import Entry
 
     def broken(*args):
         raise RuntimeError("kernel launch failed")
 
-    real = api.Entry.__init__
+    real = Entry.__init__
 
     def install_broken(self, call, *args, **kwargs):
         real(self, broken, *args, **kwargs)
 
-    monkeypatch.setattr(api.Entry, "__init__", install_broken)
+    monkeypatch.setattr(Entry, "__init__", install_broken)
     fn = minicomp.jit(lambda x: x * 2, fallback="warn")
     x = torch.randn(3)
     with pytest.warns(UserWarning, match="kernel launch failed"):
@@ -381,21 +381,45 @@ def test_same_tensor_returned_twice_is_one_object():
 def test_output_structure_survives_the_persistent_cache():
     from torch.utils import _pytree as pytree
 
-    from minicomp.capture import Outputs
+    from minicomp.capture import Argument, ArgumentView, Constant, GraphOutput, Outputs, SameAs
 
     spec = pytree.tree_flatten((0, "x", torch.Size([2]), 0, 0, 0, -0.0), is_leaf=lambda v: isinstance(v, torch.Size))[1]
-    kinds = [
-        ("tensor", 0),
-        ("const", "x"),
-        ("const", torch.Size([2])),
-        ("input", 0),
-        ("same", 0),
-        ("view", 1, (2,), (1,), 3),
-        ("const", -0.0),
+    records = [
+        GraphOutput(0),
+        Constant("x"),
+        Constant(torch.Size([2])),
+        Argument(0),
+        SameAs(0),
+        ArgumentView(1, (2,), (1,), 3),
+        Constant(-0.0),
     ]
-    again = Outputs.loads(Outputs(spec, kinds).dumps())
-    assert again.kinds[:6] == kinds[:6] and math.copysign(1, again.kinds[6][1]) < 0
-    assert Outputs(spec, [("const", object())]).dumps() is None  # such an entry is not stored
+    stored = Outputs(spec, records).dumps()
+    assert stored["kinds"][:2] == [["tensor", 0], ["const", ["str", "x"]]]  # the format on disk
+    assert stored["kinds"][5] == ["view", 1, [2], [1], 3]
+    again = Outputs.loads(stored)
+    assert again.records[:6] == records[:6] and math.copysign(1, again.records[6].value) < 0
+    assert Outputs(spec, [Constant(object())]).dumps() is None  # such an entry is not stored
+
+
+def test_signature_key_and_output_records_read_by_name():
+    x, y = torch.randn(4), torch.randn(3)
+    fn = minicomp.jit(lambda a, b: (a + 1, a, a[1:], "s", b))
+    result = fn(x, y)
+    (key,) = fn.cache
+    assert isinstance(key, guards.SignatureKey) and key.structure == 2 and key.context is None
+    assert dict(zip(guards.TENSOR_FIELDS, key.leaves[0])) == dict(
+        shape=x.shape, stride=(1,), dtype=torch.float32, device=x.device, requires_grad=False
+    )
+    assert key.modes == guards.global_state()
+    assert fn._key([x, y], 2) == key and hash(fn._key([x, y], 2)) == hash(key)  # a call's plain tuple finds it
+    outputs = fn.cache[key].outputs
+    first, same, view, text, other = outputs.records
+    assert first.index == 0 and same.slot == 0 and other.slot == 1 and text.value == "s"
+    assert (view.slot, view.shape, view.stride, view.offset) == (0, (3,), (1,), 1)
+    assert result[1] is x and result[2]._base is x and result[4] is y
+    assert guards.describe_change(key, key._replace(leaves=(key.leaves[0], guards.leaf_key(x))), None) == (
+        "argument 1: shape torch.Size([3]) -> torch.Size([4])"
+    )
 
 
 def test_named_tuple_results_compile_and_keep_their_type(device):
@@ -455,7 +479,7 @@ def test_a_number_read_from_tensor_values_is_not_returned_as_a_symbol():
     for fn in (lambda a: a.sum().item(), lambda a: (a * 2, a[0].tolist()), lambda a: {"n": int(a.argmax())}):
         jitted = minicomp.jit(fn, fallback="silent")
         torch.testing.assert_close(jitted(x), fn(x))
-        assert isinstance(jitted.cache[next(iter(jitted.cache))], minicomp.dispatch.function.EagerEntry)
+        assert isinstance(jitted.cache[next(iter(jitted.cache))], minicomp.dispatch.entries.EagerEntry)
     with pytest.raises(minicomp.CompileError, match="returns a Python number read from tensor values"):
         minicomp.jit(lambda a: a.max().item(), fallback="raise")(x)
 

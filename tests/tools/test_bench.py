@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from minicomp.bench import measure, report, run
@@ -65,6 +66,7 @@ def test_a_missed_target_names_what_a_copy_of_the_same_bytes_takes():
     assert "missed by w/bfloat16 (1.100; a copy of as many bytes: 1.090)" in table
 
 
+@pytest.mark.slow  # compiles with Inductor and minicomp
 def test_cpu_run_checks_and_skips_timings(tmp_path, capsys):
     if torch.cuda.is_available():
         return  # on a GPU this would be a full benchmark run

@@ -25,6 +25,7 @@ def test_the_experiments_are_found():
     assert "launch_config" in EXPERIMENTS and len(EXPERIMENTS) >= 5
 
 
+@pytest.mark.slow  # a subprocess each, 5-40 s on a 2-core machine
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_runs_tiny(name, tmp_path):
     out = tmp_path / "out.json"

@@ -56,12 +56,17 @@ def test_explain_covers_forward_and_backward():
     assert "==== fusion plan (forward)" in report and "==== fusion plan (backward)" in report
 
 
-def test_explain_command_line(tmp_path, monkeypatch, capsys):
+def test_explain_writes_nothing_unless_asked(tmp_path, monkeypatch, capsys):
+    """The API and the command line write the picture only when given a path."""
     monkeypatch.chdir(tmp_path)
+    report = minicomp.explain(w.bias_relu, torch.randn(4, 16), torch.randn(16))
+    assert report.image is None and "==== image" not in str(report)
     from minicomp.__main__ import main
 
     assert main(["explain", "bias_relu"]) == 0
     assert "==== generated module" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    assert main(["explain", "bias_relu", "--image", "bias_relu.svg"]) == 0
     assert (tmp_path / "bias_relu.svg").exists()
 
 

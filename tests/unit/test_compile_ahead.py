@@ -1,4 +1,4 @@
-"""Compiling ahead (launch.py `prepare`, issue #17): a module's kernels start compiling in threads
+"""Compiling ahead (launch.py `prepare`, ahead.py): a module's kernels start compiling in threads
 before the first call, one task per configuration the first call may choose.
 
 On the CPU nothing compiles (the interpreter runs the source), so these tests drive a `Launch`
@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from minicomp import config
-from minicomp.runtime import launch, launch_configs
+from minicomp.runtime import launch, launch_configs, records
+from minicomp.runtime.launch_spec import PointwiseLaunch, ReductionLaunch
 
 
 class StandInKernel:
@@ -57,18 +58,18 @@ def gpu_less(monkeypatch, tmp_path):
     monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(launch.torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(
-        launch.Launch, "_key", lambda self, *parts, skeleton=False: "key" + "".join(filter(str.isalnum, repr(parts)))
+        records.Records, "key", lambda self, *parts, skeleton=False: "key" + "".join(filter(str.isalnum, repr(parts)))
     )
 
 
 def finished(la: launch.Launch) -> None:
-    for task in la._ahead_tasks:
+    for task in la.ahead.tasks:
         task.result(timeout=30)
 
 
 def test_a_small_kernel_compiles_its_heuristic_config_in_a_pool_thread(gpu_less):
     kernel = StandInKernel()
-    la = launch.Launch(kernel, numel=4096, device="cuda:0")
+    la = launch.Launch(kernel, PointwiseLaunch(numel=4096), device="cuda:0")
     la.prepare([torch.float32, 4096])
     finished(la)
     [(signature, grid, blocks, warps, thread)] = kernel.warmups
@@ -76,9 +77,9 @@ def test_a_small_kernel_compiles_its_heuristic_config_in_a_pool_thread(gpu_less)
     assert (blocks["BLOCK_SIZE"], warps) == launch_configs.heuristic(4096, torch.device("cuda"))
     assert thread.startswith("minicomp-compile")
     assert kernel.device_caches[0] == "made by prepare"  # made before the threads share it
-    [(binary, through_jit)] = la._ahead.values()
+    [(binary, through_jit)] = la.ahead.binaries.values()
     assert through_jit and binary.loaded_by.startswith("minicomp-compile") and la.compiles == 1
-    assert la._ahead_aligned == {0}  # the tensor argument, assumed 16-byte aligned
+    assert la.ahead.aligned == {0}  # the tensor argument, assumed 16-byte aligned
 
 
 def test_reduction_kernels_compile_without_fp_contraction(gpu_less):
@@ -88,11 +89,11 @@ def test_reduction_kernels_compile_without_fp_contraction(gpu_less):
     contract; a pointwise kernel computes each value once and keeps Triton's default."""
     reduction, pointwise = StandInKernel(), StandInKernel()
     launches = [
-        launch.Launch(reduction, numel=64, device="cuda:0", row=128, extent=100),
-        launch.Launch(pointwise, numel=4096, device="cuda:0"),
+        launch.Launch(reduction, ReductionLaunch(rows=64, rblock=128, extent=100), device="cuda:0"),
+        launch.Launch(pointwise, PointwiseLaunch(numel=4096), device="cuda:0"),
     ]
     for la in launches:
-        la.prepare([torch.float32, la.numel])
+        la.prepare([torch.float32, la.spec.numel])
         finished(la)
     [(*_, blocks, _, _)] = reduction.warmups
     assert blocks == {"XBLOCK": blocks["XBLOCK"], "enable_fp_fusion": False}
@@ -103,11 +104,11 @@ def test_reduction_kernels_compile_without_fp_contraction(gpu_less):
 def test_a_tuned_kernel_compiles_every_candidate_side_by_side(gpu_less):
     candidates = ((512, 4), (1024, 8))
     kernel = StandInKernel(rendezvous=len(candidates))  # serial tasks would never meet: the barrier times out
-    la = launch.Launch(kernel, numel=1 << 12, device="cuda:0")
+    la = launch.Launch(kernel, PointwiseLaunch(numel=1 << 12), device="cuda:0")
     with config.override(tune_min_numel=1, launch_candidates=candidates):
         la.prepare([torch.bfloat16, torch.bfloat16, 1 << 12])
     finished(la)
-    assert sorted(la._ahead) == sorted(candidates) and la.compiles == 2
+    assert sorted(la.ahead.binaries) == sorted(candidates) and la.compiles == 2
     assert len({w[-1] for w in kernel.warmups}) == 2  # two threads
 
 
@@ -116,7 +117,9 @@ def test_the_first_call_chooses_among_what_prepare_found_under_the_compiles_sett
     the configurations were fixed by `prepare`, in the compiling thread. A kernel of the same
     skeleton prepared at the same time takes the first one's measured choice instead of timing."""
     candidates = ((512, 4), (1024, 8))
-    la, twin = (launch.Launch(StandInKernel(rendezvous=2), numel=1 << 12, device="cuda:0") for _ in range(2))
+    la, twin = (
+        launch.Launch(StandInKernel(rendezvous=2), PointwiseLaunch(numel=1 << 12), device="cuda:0") for _ in range(2)
+    )
     with config.override(tune_min_numel=1, launch_candidates=candidates):
         la.prepare([torch.float32, 1 << 12])
         twin.prepare([torch.float32, 1 << 12])
@@ -124,21 +127,21 @@ def test_the_first_call_chooses_among_what_prepare_found_under_the_compiles_sett
     timed = []
     monkeypatch.setattr(launch.Launch, "_time", lambda self, c, args: timed.append(c) or c[0])
     assert la.choose([]) == (512, 4) and timed == list(candidates)  # outside the override: still tuned
-    assert la._remembered_config() == (512, 4)  # and remembered for the next process
-    assert twin._configs == list(candidates)  # prepared before the record existed
+    assert la.records.remembered_config(la.spec.numel) == (512, 4)  # and remembered for the next process
+    assert twin.ahead.configs == list(candidates)  # prepared before the record existed
     assert twin.choose([]) == (512, 4) and timed == list(candidates)  # the record, not timed again
 
 
 def test_a_failed_compile_ahead_is_left_to_the_first_call(gpu_less, caplog):
     candidates = ((512, 4), (1024, 8))
-    la = launch.Launch(StandInKernel(rendezvous=2, fail=((1024, 8),)), numel=1 << 12, device="cuda:0")
+    la = launch.Launch(StandInKernel(rendezvous=2, fail=((1024, 8),)), PointwiseLaunch(numel=1 << 12), device="cuda:0")
     with (
         config.override(tune_min_numel=1, launch_candidates=candidates),
         caplog.at_level("INFO", "minicomp.cache"),
     ):
         la.prepare([torch.float32, 1 << 12])
         finished(la)  # no exception escapes a task
-    assert list(la._ahead) == [(512, 4)]
+    assert list(la.ahead.binaries) == [(512, 4)]
     assert "compile ahead of (1024, 8) failed (RuntimeError: out of resources)" in caplog.text
 
 
@@ -149,17 +152,17 @@ def test_tuning_records_are_shared_by_kernels_of_one_skeleton(monkeypatch, tmp_p
     first, second = StandInKernel(), StandInKernel()
     second.__name__ = "mc_other_name_7"
     second.src = first.src.replace(first.__name__, second.__name__)
-    a, b = (launch.Launch(k, numel=1 << 12, device="cuda:0") for k in (first, second))
-    assert a._tuning_path() == b._tuning_path()
-    assert a._key() != b._key()  # their binaries' records stay apart
-    assert launch.Launch(first, numel=1 << 13, device="cuda:0")._tuning_path() != a._tuning_path()
+    a, b = (launch.Launch(k, PointwiseLaunch(numel=1 << 12), device="cuda:0") for k in (first, second))
+    assert a.records.tuning_path(1 << 12) == b.records.tuning_path(1 << 12)
+    assert a.records.key() != b.records.key()  # their binaries' records stay apart
+    assert a.records.tuning_path(1 << 13) != a.records.tuning_path(1 << 12)
 
 
 def test_nothing_is_prepared_for_the_interpreter():
     kernel = StandInKernel()
-    la = launch.Launch(kernel, numel=64, device="cpu")
+    la = launch.Launch(kernel, PointwiseLaunch(numel=64), device="cpu")
     la.prepare([torch.float32, 64])
-    assert la._ahead_tasks == [] and kernel.warmups == []
+    assert la.ahead.tasks == [] and kernel.warmups == []
 
 
 def test_dynamo_compiles_the_backward_with_the_forward(monkeypatch):
@@ -194,9 +197,9 @@ def test_a_kernel_that_cannot_be_prepared_is_compiled_by_its_first_call(gpu_less
     expects) leaves the kernel as if never prepared, and never fails the compile."""
     kernel = StandInKernel()
     del kernel.device_caches
-    la = launch.Launch(kernel, numel=64, device="cuda:0")
+    la = launch.Launch(kernel, PointwiseLaunch(numel=64), device="cuda:0")
     la.prepare([torch.float32, 64])
-    assert la._ahead_tasks == [] and la._configs == [] and kernel.warmups == []
+    assert la.ahead.tasks == [] and la.ahead.configs == [] and kernel.warmups == []
 
 
 def test_triton_starts_once_per_device_for_the_first_cuda_argument(monkeypatch):

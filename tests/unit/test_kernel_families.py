@@ -9,7 +9,7 @@ from conftest import kernel_text
 
 import minicomp
 from minicomp.codegen import families
-from minicomp.runtime import launch
+from minicomp.runtime import records
 
 
 def rope_inputs(seq, head_dim=16, layout="BHSD", requires_grad=False, device="cpu"):
@@ -81,8 +81,8 @@ def test_a_family_serves_only_members_equal_outside_their_sizes():
 def test_launch_records_tell_integer_specializations_apart():
     """Triton specializes an int argument on == 1 and on divisibility by 16: a binary
     compiled for one class must not be loaded for another."""
-    classes = {launch._int_class(v) for v in (1, 16, 4096, 17, 2**33)}
-    assert len(classes) == 4 and launch._int_class(16) == launch._int_class(4096)
+    classes = {records.int_class(v) for v in (1, 16, 4096, 17, 2**33)}
+    assert len(classes) == 4 and records.int_class(16) == records.int_class(4096)
 
 
 def test_a_value_literal_never_becomes_a_runtime_argument(device):

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "minicomp"
 # The pipeline's stages, bottom first: one entry per folder of the package (its job is the
 # first line of its __init__'s docstring), plus the few top-level modules.
 LAYERS = [
-    ["config", "logs"],  # settings and log channels: know nothing of the compiler
+    ["config", "logs", "tiles"],  # settings, log channels, the untuned tile size: know nothing of the compiler
     ["runtime"],  # what generated modules import: launching, loading, the cache directory
     ["guards"],  # when a compiled entry may serve a call
     ["ir"],  # the typed graph
@@ -105,4 +105,4 @@ def test_every_folder_is_a_layer_and_says_its_job():
 
 def test_the_runtime_never_imports_the_compiler():
     """Generated modules import the runtime: it must not pull in the compiler's stages."""
-    assert nx.descendants(import_graph(), "runtime") <= {"config", "logs"}
+    assert nx.descendants(import_graph(), "runtime") <= {"config", "logs", "tiles"}

@@ -1,5 +1,5 @@
 """Memory of a generated call: the order of its steps (schedule.py) and outputs written in place
-over a buffer the kernel reads for the last time (codegen/module.py `_hosts`).
+over a buffer the kernel reads for the last time (codegen/reuse.py).
 
 Issue #16: a decoder block's training step held 817 MiB at its peak against Inductor's 663; the
 backward ran the MLP's weight-gradient matmul after the kernel that writes the gate and up
@@ -18,15 +18,15 @@ from conftest import check
 import minicomp
 from minicomp import config, ir
 from minicomp.plan import fusion, schedule, storages
-from minicomp.runtime import launch
+from minicomp.runtime import tuning
 from minicomp.tools.workloads import WORKLOADS, llama_block
 
-HOSTED = re.compile(r"^\s*(\w+) = (\w+)(?:\.as_strided\(.*\))?  # in \2's memory", re.M)
+IN_PLACE = re.compile(r"^\s*(\w+) = (\w+)(?:\.as_strided\(.*\))?  # in \2's memory", re.M)
 
 
-def hosted(source: str) -> dict[str, str]:
+def reused(source: str) -> dict[str, str]:
     """store -> the buffer whose memory it was written into, from a module's `call`."""
-    return {m.group(1): m.group(2) for m in HOSTED.finditer(source)}
+    return {m.group(1): m.group(2) for m in IN_PLACE.finditer(source)}
 
 
 def mlp(x, w_gate, w_up, w_down):
@@ -36,31 +36,31 @@ def mlp(x, w_gate, w_up, w_down):
 def test_intermediate_is_written_over_the_matmul_result_it_reads(device):
     x, w, w2 = (torch.randn(s, device=device) for s in ((64, 32), (32, 48), (48, 16)))
     source = check(lambda x, w, w2: (torch.relu(x @ w) * 2) @ w2, x, w, w2)
-    assert hosted(source) == {"mul": "mm"}
+    assert reused(source) == {"mul": "mm"}
 
 
 def test_output_is_never_written_in_place(device):
     x, w = torch.randn(64, 32, device=device), torch.randn(32, 48, device=device)
     source = check(lambda x, w: torch.relu(x @ w) * 2, x, w)
-    assert hosted(source) == {}
+    assert reused(source) == {}
 
 
 def test_buffer_read_at_other_addresses_is_not_overwritten(device):
     x, w, w2 = (torch.randn(s, device=device) for s in ((64, 32), (32, 48), (48, 16)))
     source = check(lambda x, w, w2: (torch.relu(x @ w).flip(0) * 2) @ w2, x, w, w2)
-    assert hosted(source) == {}
+    assert reused(source) == {}
 
 
 def test_buffer_read_again_later_is_not_overwritten(device):
     x, w, w2 = (torch.randn(s, device=device) for s in ((64, 32), (32, 48), (48, 16)))
     source = check(lambda x, w, w2: (lambda y: ((torch.relu(y) * 2) @ w2, y @ w2))(x @ w), x, w, w2)
-    assert hosted(source) == {}  # mm is read by a matmul after the pointwise kernel
+    assert reused(source) == {}  # mm is read by a matmul after the pointwise kernel
 
 
 def test_input_is_never_overwritten(device):
     x, w2 = torch.randn(64, 48, device=device), torch.randn(48, 16, device=device)
     source = check(lambda x, w2: (torch.relu(x) * 2) @ w2, x, w2)
-    assert hosted(source) == {}
+    assert reused(source) == {}
 
 
 def test_backward_frees_the_saved_activation_before_allocating_gradients(device):
@@ -85,7 +85,7 @@ def test_backward_frees_the_saved_activation_before_allocating_gradients(device)
     )
     first_kernel = next(i for i, line in enumerate(lines) if line.strip().startswith("launch_"))
     assert reads_saved < first_kernel, call
-    assert len(hosted(backward)) == 1, call
+    assert len(reused(backward)) == 1, call
 
 
 def _block_plan(freed: bool):
@@ -151,14 +151,14 @@ def test_tuning_times_copies_of_buffers_that_share_memory():
     a = torch.randn(8, 4)
     b = a.as_strided((4, 8), (8, 1))
     c = torch.randn(3)
-    private = launch._unaliased([a, c, b, 5])
+    private = tuning.unaliased([a, c, b, 5])
     assert private[1] is c and private[3] == 5
     for old, new in ((a, private[0]), (b, private[2])):
         assert new.untyped_storage().data_ptr() != old.untyped_storage().data_ptr()
         assert new.stride() == old.stride() and torch.equal(new, old)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="launch tuning runs on the GPU only")
+@pytest.mark.gpu  # launch tuning runs on the GPU only
 def test_tuned_kernel_that_writes_in_place_is_correct(tmp_path, monkeypatch):
     """Tuning runs a kernel many times; one whose output is in its input's memory must not read
     its own results (the decoder block's backward came out 1e32 off before tuning used copies)."""
@@ -168,7 +168,7 @@ def test_tuned_kernel_that_writes_in_place_is_correct(tmp_path, monkeypatch):
     with config.override(tune_min_numel=0):
         compiled = minicomp.jit(fn)
         torch.testing.assert_close(compiled(x, w, w2), fn(x, w, w2), atol=1e-3, rtol=1e-3)
-    assert hosted(compiled.source(x, w, w2))
+    assert reused(compiled.source(x, w, w2))
 
 
 def test_dense_layouts_are_permutations_without_gaps_or_overlap():

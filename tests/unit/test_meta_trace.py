@@ -13,17 +13,17 @@ import torch
 import torch.nn.functional as F
 
 import minicomp
-from minicomp import capture, ir
-from minicomp.capture import meta_trace
+from minicomp import ir
+from minicomp.capture import meta_trace, tracing
 
 
 def traced_both_ways(fn, *args):
     """The IR of fn's graph from the stand-in tracer and from make_fx, and their Outputs."""
-    leaves, spec = list(args), capture.pytree.tree_flatten((args, {}))[1]
+    leaves, spec = list(args), tracing.pytree.tree_flatten((args, {}))[1]
     slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-    standin_gm, standin_outputs, _ = capture._trace_on_standins(fn, leaves, spec, slots)
-    make_fx_gm, make_fx_outputs, _ = capture._trace_with_make_fx(fn, leaves, spec, slots)
-    graphs = [ir.from_fx(capture._functional_temporaries(gm)) for gm in (standin_gm, make_fx_gm)]
+    standin_gm, standin_outputs, _ = tracing._trace_on_standins(fn, leaves, spec, slots)
+    make_fx_gm, make_fx_outputs, _ = tracing._trace_with_make_fx(fn, leaves, spec, slots)
+    graphs = [ir.from_fx(tracing._functional_temporaries(gm)) for gm in (standin_gm, make_fx_gm)]
     return graphs, (standin_outputs, make_fx_outputs)
 
 
@@ -81,7 +81,7 @@ def test_the_standin_graph_is_make_fx_graph(fn, shapes, device):
     args = [torch.randn(s, device=device) for s in shapes]
     (standin, make_fx), (standin_out, make_fx_out) = traced_both_ways(fn, *args)
     assert _ops(standin) == _ops(make_fx)
-    assert standin_out.kinds == make_fx_out.kinds
+    assert standin_out.records == make_fx_out.records
 
 
 def _compiles_on_standins(fn, *args, caplog):

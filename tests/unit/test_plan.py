@@ -15,7 +15,9 @@ from torch.utils import _pytree as pytree
 import minicomp
 from minicomp import capture, ir
 from minicomp.codegen import render_module
-from minicomp.plan import fusion
+from minicomp.lowering.ops import NodeKind
+from minicomp.plan import fusion, steps
+from minicomp.plan.steps import Kernel, PointwiseKernel, ReductionKernel
 
 
 def mlp(x, w, b):
@@ -33,13 +35,14 @@ def test_planning_leaves_the_graph_as_it_was():
     before = str(graph)
     plan = fusion.plan(graph)
     assert str(graph) == before and "#" not in before  # the IR prints no kinds: it has none
-    assert plan.kinds["mm"] == "extern" and plan.kinds["relu"] == "pointwise" and plan.kinds["x"] == "input"
+    assert plan.kinds["mm"] is NodeKind.EXTERN and plan.kinds["relu"] is NodeKind.POINTWISE
+    assert plan.kinds["x"] is NodeKind.INPUT
     assert "mm: float32[4, 8] stride (8, 1) cpu = aten.mm.default(relu, w)  # extern" in graph.describe(plan.kinds)
 
 
 def test_each_kernel_has_a_kind_and_the_plan_holds_every_output_layout():
     plan = fusion.plan(mlp_graph())
-    assert [k.kind for k in plan.kernels] == ["pointwise", "pointwise"]
+    assert [type(k) for k in plan.kernels] == [PointwiseKernel, PointwiseKernel]
     assert {name for k in plan.kernels for name in k.stores} == set(plan.strides)
     assert plan.kernels[1].loads == ["b", "mm"]
 
@@ -51,14 +54,77 @@ def test_rendering_twice_gives_the_same_module():
 
 
 def test_codegen_takes_only_types_from_fusion():
-    """Codegen never calls back into fusion: it imports its data classes and nothing else."""
+    """Codegen never calls back into fusion: it imports the plan's data classes and nothing else."""
     codegen = Path(minicomp.__file__).parent / "codegen"
     imported = set()
     for path in codegen.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "minicomp.plan.fusion":
+            if isinstance(node, ast.ImportFrom) and node.module in ("minicomp.plan.fusion", "minicomp.plan.steps"):
                 imported |= {a.name for a in node.names}
-    assert imported <= {"Kernel", "Plan", "Extern"}
+    types = {
+        name for name, value in vars(steps).items() if isinstance(value, type) and value.__module__ == steps.__name__
+    }
+    assert imported <= types
+
+
+MLP_PLAN = """\
+kernel mc_fused_mul_add_relu_0  stage 0  space [4, 8]
+    computes ['mul', 'add', 'relu']
+    reads ['x']  writes ['relu']
+extern mm = mm  stage 1
+kernel mc_fused_add_sigmoid_1  stage 1  space [4, 8]
+    computes ['add_1', 'sigmoid']
+    reads ['b', 'mm']  writes ['sigmoid']
+not fused:
+    relu -> mm: mm runs as an ATen call: aten.mm has no pointwise, view or reduction lowering
+    mm -> add_1: mm runs as an ATen call: aten.mm has no pointwise, view or reduction lowering"""
+
+RMS_PLAN = """\
+kernel mc_fused_pow_mean_add_rsqrt_mul_0  stage 0  reduction over [8, 64] dims [1] (persistent, RBLOCK 64)
+    computes ['pow_1', 'mean', 'add', 'rsqrt', 'mul', 'mul_1']
+    reads ['x', 'w']  writes ['mul_1']"""
+
+
+def test_kernel_kinds_are_classes_with_only_their_own_fields():
+    """A kernel's kind is its class (no string says it), and the plan prints as it always did."""
+    plan = fusion.plan(mlp_graph())
+    assert all(type(k) is PointwiseKernel and not hasattr(k, "kind") for k in plan.kernels)
+    assert not hasattr(plan.kernels[0], "reduced") and str(plan) == MLP_PLAN
+    described = plan.graph.describe(plan.kinds)
+    assert "relu: float32[4, 8] stride (8, 1) cpu = aten.relu.default(add)  # pointwise" in described
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    x, w = torch.randn(8, 64), torch.randn(64)
+    traced = capture.trace(rms, [x, w], pytree.tree_flatten(((x, w), {}))[1], ["x", "w"])
+    plan = fusion.plan(ir.from_fx(traced.gm, traced.input_names))
+    [kernel] = plan.kernels
+    assert type(kernel) is ReductionKernel and not hasattr(kernel, "kind") and kernel.reduced == (1,)
+    assert str(plan) == RMS_PLAN
+
+
+def test_a_new_kernel_kind_is_a_class_that_describes_itself():
+    """Adding a kind to the plan takes a class with its own fields and its headline; Plan's text
+    needs no change."""
+
+    @dataclasses.dataclass
+    class ScanKernel(Kernel):
+        dim: int = 0
+
+        def headline(self) -> str:
+            return f"kernel {self.name}  stage {self.stage}  scan over {list(self.shape)} dim {self.dim}"
+
+    plan = fusion.plan(mlp_graph())
+    scans = [ScanKernel(**vars(s), dim=1) if isinstance(s, Kernel) else s for s in plan.steps]
+    text = str(dataclasses.replace(plan, steps=scans))
+    assert text.splitlines()[0] == "kernel mc_fused_mul_add_relu_0  stage 0  scan over [4, 8] dim 1"
+    assert (
+        text.splitlines()[1:]
+        == MLP_PLAN.splitlines()[1:4]
+        + ["kernel mc_fused_add_sigmoid_1  stage 1  scan over [4, 8] dim 1"]
+        + MLP_PLAN.splitlines()[5:]
+    )
 
 
 def test_a_compiled_kernel_runs_bare_through_the_public_accessors():

@@ -34,7 +34,7 @@ def test_a_mask_over_batch_and_heads_walks_planes_side_by_side(device):
         [launch] = _launches(mask_add, scores, mask)
     assert "programs walk 4 of its 6 planes (dims 0-1) side by side: additive read again by each" in source
     assert "plane = pid // (4 * blocks) * 4 + pid % 4" in source and "(plane < 6)" in source
-    assert (launch.planes, launch.group) == (6, 4)
+    assert (launch.spec.planes, launch.spec.group) == (6, 4)
     assert launch.grid(1024) == 8 * 88  # two groups of 4 planes, 88 blocks of 1024 a plane
 
 
@@ -75,7 +75,7 @@ def test_small_broadcast_inputs_keep_the_plain_order(device):
     x, b = torch.randn(64, 128, device=device), torch.randn(128, device=device)
     assert "side by side" not in check(lambda x, b: torch.relu(x + b), x, b, kernels=1)
     [launch] = _launches(mask_add, torch.randn(2, 3, 8, 8, device=device), torch.randn(8, 8, device=device))
-    assert launch.planes == 0
+    assert launch.spec.planes == 0
 
 
 def test_an_expanded_input_counts_the_bytes_it_spans(device):

@@ -1,7 +1,7 @@
 """Which form a row reduction takes (reduction_space.reduction_form) and what the looped form
 does with the row it reads twice (codegen/reduction.py): rows over config "persistent_bytes"
 of their widest input loop, their first pass keeping the row in L2 for the second; a kernel
-that hosts row groups stays persistent; an online max loads the lanes past the row as -inf.
+that takes row groups stays persistent; an online max loads the lanes past the row as -inf.
 """
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ import re
 
 import torch
 import torch.nn.functional as F
-from conftest import check, kernel_text
-from test_autograd import grads_match
+from conftest import check, grads_match, kernel_text
 
 import minicomp
 from minicomp import config
-from minicomp.plan.reduction_space import ReductionSpace, can_host, reduction_form, row_itemsize
+from minicomp.plan.reduction_space import ReductionSpace, can_take_row_groups, reduction_form, row_itemsize
 from minicomp.tools.workloads import cross_entropy, rms_norm, softmax
 
 
@@ -70,15 +69,16 @@ def test_row_itemsize_walks_pointwise_producers_to_the_inputs():
 def test_reduction_form_by_elements_and_bytes():
     space = ReductionSpace((32, 4096), (1,), torch.device("cpu"))
     assert reduction_form(space, itemsize=4) == (True, 4096, False)
-    assert reduction_form(space, itemsize=4, hosts=True) == (False, 4096, False)
+    assert reduction_form(space, itemsize=4, takes_row_groups=True) == (False, 4096, False)
     with config.override(persistent_bytes=1 << 20):
         assert reduction_form(space, itemsize=4) == (False, 4096, False)
     short = ReductionSpace((32, 1000), (1,), torch.device("cpu"))
     assert reduction_form(short, itemsize=2) == (True, 1024, False)  # one step: RBLOCK no wider than the row
-    assert can_host(space) and not can_host(ReductionSpace((32, 16384), (1,), torch.device("cpu")))
+    long_rows = ReductionSpace((32, 16384), (1,), torch.device("cpu"))
+    assert can_take_row_groups(space) and not can_take_row_groups(long_rows)
 
 
-def test_a_kernel_hosting_row_groups_stays_persistent(device):
+def test_a_kernel_taking_row_groups_stays_persistent(device):
     """The RMSNorm backward's dx kernel carries the dW partials of its row groups; only a
     persistent kernel walks its rows in groups, so it is held whole although 4 KB a row."""
     x, w = torch.randn(64, 1024, device=device), torch.randn(1024, device=device)

@@ -106,7 +106,7 @@ def test_small_reductions_are_not_split(device):
 
 def test_many_rows_are_not_split(small):
     graph, plan = plan_of(lambda x: x.sum(-1), torch.randn(4096, 32))
-    assert not graph.split and len(plan.kernels) == 1
+    assert not graph.partials and len(plan.kernels) == 1
 
 
 def test_default_thresholds_split_only_what_lacks_rows():
@@ -114,11 +114,11 @@ def test_default_thresholds_split_only_what_lacks_rows():
     # column sum over 32768 rows and a mean over everything are split
     x = torch.empty(2048, 4096)
     graph, plan = plan_of(lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), x)
-    assert not graph.split and len(plan.kernels) == 1
+    assert not graph.partials and len(plan.kernels) == 1
     graph, plan = plan_of(lambda g: g.sum(0), torch.empty(32768, 4096))
-    assert [k for _, k in graph.split.values()] == [64] and len(plan.kernels) == 2
+    assert [k for _, k in graph.partials.values()] == [64] and len(plan.kernels) == 2
     graph, _ = plan_of(lambda a, b: F.mse_loss(a, b), x, x)
-    assert [k for _, k in graph.split.values()] == [2048]  # cut along the rows: each partial reads a whole row
+    assert [k for _, k in graph.partials.values()] == [2048]  # cut along the rows: each partial reads a whole row
     assert "[2048, 1, 4096]" in graph.describe()
 
 

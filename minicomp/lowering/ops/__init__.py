@@ -1,6 +1,6 @@
 """The lowering table: how each ATen op becomes Triton source inside a fused kernel.
 
-Three kinds of rule, registered by ATen op name (the overload packet, "add"):
+Three tables of rules, by ATen op name (the overload packet, "add"):
 
 * POINTWISE  op -> a Triton expression of its operands at the same index
              (`Op.operand` loads or computes an input, broadcast and cast).
@@ -10,17 +10,19 @@ Three kinds of rule, registered by ATen op name (the overload packet, "add"):
              (cat, slice_scatter, constant_pad_nd: Inductor's pointwise_cat; gather;
              a one-hot scatter).
 
-Reductions (sum, mean, amax, ... in reductions.py) are their own kind: the
+Reductions (sum, mean, amax, ... in reductions.py) are their own `NodeKind`: the
 plan gives them a reduction kernel, which inlines their producers and fuses
 the consumers that broadcast their result back.
 
-Anything else is "extern": it runs as an ATen call in the generated wrapper.
+Anything else is an extern: it runs as an ATen call in the generated wrapper.
+`classify` says which (`NodeKind`).
 Low-precision floats are computed in float32 (see dtypes.py).
 """
 
 from __future__ import annotations
 
 import operator
+from enum import Enum
 
 import torch
 
@@ -29,45 +31,80 @@ from minicomp.lowering.ops import pointwise, reductions, views  # noqa: F401  (r
 from minicomp.lowering.ops.core import INDEXED, POINTWISE, SPECIAL_SUPPORT, VIEWS, Op, Value, bind, cast
 from minicomp.lowering.ops.reductions import REDUCERS, Reduction
 
-__all__ = ["INDEXED", "POINTWISE", "REDUCERS", "VIEWS", "Op", "Reduction", "Value", "bind", "cast", "classify"]
+__all__ = [
+    "INDEXED",
+    "POINTWISE",
+    "REDUCERS",
+    "VIEWS",
+    "NodeKind",
+    "Op",
+    "Reduction",
+    "Value",
+    "bind",
+    "cast",
+    "classify",
+]
 
 
 # -- classification --------------------------------------------------------------
 
 
-def classify(node: Node, graph: Graph) -> tuple[str, str]:
+class NodeKind(Enum):
+    """How a node lowers. Prints as its word ("pointwise"), as the IR's and the plan's text show it."""
+
+    INPUT = "input"  # a graph input: read from memory
+    POINTWISE = "pointwise"  # an expression of its operands at the same index, inside any kernel
+    VIEW = "view"  # an index rewrite (or a masked gather) before a load, inside any kernel
+    REDUCTION = "reduction"  # computed by a reduction kernel
+    EXTERN = "extern"  # an ATen call in the generated wrapper
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def fusible(self) -> bool:
+        """Can a node of this kind be computed inside any kernel?"""
+        return self in (NodeKind.POINTWISE, NodeKind.VIEW)
+
+    @property
+    def computed(self) -> bool:
+        """Is a node of this kind computed by a kernel (fusible nodes and reductions)?"""
+        return self in (NodeKind.POINTWISE, NodeKind.VIEW, NodeKind.REDUCTION)
+
+
+def classify(node: Node, graph: Graph) -> tuple[NodeKind, str]:
     """(kind, reason): how `node` lowers, and why when it runs as an ATen call."""
     target = node.target
     if target is operator.getitem:
-        return "extern", "getitem of a multi-output op"
+        return NodeKind.EXTERN, "getitem of a multi-output op"
     if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("aten", "prims"):
-        return "extern", f"{target} is not an ATen op"
+        return NodeKind.EXTERN, f"{target} is not an ATen op"
     name = target._opname
     kind = (
-        "pointwise"
+        NodeKind.POINTWISE
         if name in POINTWISE
-        else "view"
+        else NodeKind.VIEW
         if name in VIEWS or name in INDEXED
-        else "reduction"
+        else NodeKind.REDUCTION
         if name in REDUCERS
         else None
     )
     if kind is None:
-        return "extern", f"aten.{name} has no pointwise, view or reduction lowering"
+        return NodeKind.EXTERN, f"aten.{name} has no pointwise, view or reduction lowering"
     if not isinstance(node.meta, TensorMeta):
-        return "extern", f"aten.{name} returns {node.meta}"
+        return NodeKind.EXTERN, f"aten.{name} returns {node.meta}"
     metas = [node.meta] + [graph[n].meta for n in node.inputs()]
     for meta in metas:
         if not isinstance(meta, TensorMeta):
-            return "extern", f"aten.{name} reads a non-tensor value"
+            return NodeKind.EXTERN, f"aten.{name} reads a non-tensor value"
         if meta.dtype not in dtypes.SUPPORTED:
-            return "extern", f"dtype {meta.dtype} is not supported in kernels"
+            return NodeKind.EXTERN, f"dtype {meta.dtype} is not supported in kernels"
         if meta.device != node.meta.device:
-            return "extern", f"aten.{name} mixes devices"
+            return NodeKind.EXTERN, f"aten.{name} mixes devices"
     if name == "_to_copy" and bind(node).get("device") not in (None, node.meta.device):
-        return "extern", "aten._to_copy moves data between devices"
+        return NodeKind.EXTERN, "aten._to_copy moves data between devices"
     if name in SPECIAL_SUPPORT and not SPECIAL_SUPPORT[name](node, graph):
-        return "extern", f"aten.{name} with these arguments has no in-kernel lowering"
-    if kind == "reduction" and (why := reductions.supported(node, graph)):
-        return "extern", why
+        return NodeKind.EXTERN, f"aten.{name} with these arguments has no in-kernel lowering"
+    if kind is NodeKind.REDUCTION and (why := reductions.supported(node, graph)):
+        return NodeKind.EXTERN, why
     return kind, ""

@@ -63,8 +63,8 @@ def cast(v: Value, dtype: torch.dtype) -> str:
         return f"({v.code} != 0)"
     if dtype in dtypes.LOW_PRECISION and v.dtype != torch.float32:
         # through float32, as eager converts (c10's Half and BFloat16 are made from a float: a
-        # float64 rounds twice, 1 + 2**-8 + 2**-40 -> bfloat16 1.0). Triton's interpreter turns an
-        # int64 or float64 -> bfloat16 into garbage; on the H200 the direct cast already matched
+        # float64 rounds twice, 1 + 2**-8 + 2**-40 -> bfloat16 1.0), and Triton's interpreter turns
+        # an int64 or float64 -> bfloat16 into garbage
         return f"{v.code}.to(tl.float32).to({dtypes.triton_dtype(dtype)})"
     if dtype == torch.uint8 and v.dtype.is_floating_point:
         # through int64, as eager converts (c10's cast to uint8): -1.5 -> 255, where Triton saturates to 0
@@ -125,7 +125,7 @@ class Op:
         """The Python scalar argument `name` as eager uses it. On the CPU a float meeting a 16-bit
         tensor is first rounded to that dtype, except by mul and div, which keep it (`half + 3.3`
         rounds 3.3 to half, `half * 3.3` does not); eager's CUDA kernels keep it in float32 for
-        every op. Both measured, tests/test_trust.py."""
+        every op. Both checked in tests/guards/test_trust.py."""
         value = self.args[name]
         if (
             isinstance(value, float)
@@ -154,7 +154,7 @@ class Op:
 
     def compare(self, expr: Expr, relation: str, bound: int) -> Condition:
         """`expr <relation> bound` for relation in >=, <, ==: True or False where the kernel
-        text decides it (codegen/split.py), else its source."""
+        text decides it (codegen/parts.py), else its source."""
         return self.writer.compare(expr, relation, bound)
 
     def temp(self, code: str, dtype: torch.dtype | None = None) -> str:

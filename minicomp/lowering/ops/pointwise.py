@@ -161,14 +161,13 @@ def _one_and(op: Op, sign: int) -> str | None:
     far below a 16-bit rounding; float32 results keep eager's exact path). The same in real
     arithmetic, and
 
-    - cheaper: libdevice's tanh and erf left bfloat16 GELU bound by arithmetic, not memory (41.5
-      and 44.5 SASS instructions a value for the tanh and erf forms, 26.75 and 28.25 with these:
-      benchmarks/experiments/gelu_sass.py; 1.40x and 1.64x the floor on an H200, now 1.09x, 1.10x);
+    - cheaper: libdevice's tanh and erf leave bfloat16 GELU bound by arithmetic, not memory;
+      these forms take fewer instructions a value (benchmarks/experiments/gelu_sass.py);
     - better conditioned: where f(z) is within an ulp of -1 (or +1), the sum cancels and eager's
       own float32 result keeps few correct bits; these forms subtract nothing.
 
     The tanh (erf) node itself is not computed unless something else reads it.
-    tests/test_fast_math.py checks every 16-bit input against the exact value and eager."""
+    tests/e2e/test_fast_math.py checks every 16-bit input against the exact value and eager."""
     if not op.compute.is_floating_point or op.args.get("alpha") not in (None, 1):
         return None
     a, b = op.args.get("self"), op.args.get("other")

@@ -118,7 +118,7 @@ def reshape_index(index, out_shape, in_shape) -> tuple[Expr, ...]:
     """Index into `in_shape` of the element at `index` of the same data viewed as `out_shape`.
 
     Dims are matched in groups of equal element count (size-1 dims carry no
-    index), so only dims that are really split or merged get // and %.
+    index), so only dims that are really divided or merged get // and %.
     """
     out_dims = [(e, s) for e, s in zip(index, out_shape) if s != 1]
     in_sizes = [s for s in in_shape if s != 1]

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, ReductionLaunch
 
 
 # -- how reductions combine two partial results (lowering/ops/reductions.py) -----------
@@ -123,7 +123,7 @@ def mc_fused_add_pow_mean_rsqrt_mul_0(x_ptr, r_ptr, w_ptr, out0_ptr, out1_ptr, n
     tl.store(out0_ptr + (64*x0 + r0), mul_1, mask=xmask & rmask)
 
 
-launch_0 = Launch(mc_fused_add_pow_mean_rsqrt_mul_0, numel=8, device="cpu", row=64, extent=64)
+launch_0 = Launch(mc_fused_add_pow_mean_rsqrt_mul_0, ReductionLaunch(rows=8, rblock=64, extent=64), device="cpu")
 
 
 def call(x, r, w):

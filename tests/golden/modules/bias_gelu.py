@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, PointwiseLaunch
 
 
 # kernel 0: add, mul, pow_1, mul_1, add_1, mul_2, tanh, add_2, mul_3
@@ -55,7 +55,7 @@ def mc_fused_add_mul_pow_tanh_0(x_ptr, b_ptr, out_ptr, n_elements, BLOCK_SIZE: t
     tl.store(out_ptr + offsets, mul_3, mask=mask)
 
 
-launch_0 = Launch(mc_fused_add_mul_pow_tanh_0, numel=512, device="cpu")
+launch_0 = Launch(mc_fused_add_mul_pow_tanh_0, PointwiseLaunch(numel=512), device="cpu")
 
 
 def call(x, b):

@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, ReductionLaunch
 
 
 # -- how reductions combine two partial results (lowering/ops/reductions.py) -----------
@@ -151,7 +151,7 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out_ptr, n_rows, 
     tl.store(out_ptr + x0, where_1, mask=xmask)
 
 
-launch_0 = Launch(mc_fused_amax_sub_exp_sum_log_ne_0, numel=4, device="cpu", row=4096, extent=9000)
+launch_0 = Launch(mc_fused_amax_sub_exp_sum_log_ne_0, ReductionLaunch(rows=4, rblock=4096, extent=9000), device="cpu")
 
 # kernel 1: ne_2, sum_2, _to_copy, sum_3, div
 #   aten ops: ne, sum, _to_copy, div
@@ -176,7 +176,7 @@ def mc_fused_ne_sum_to_copy_div_1(target_ptr, where_1_ptr, out_ptr, n_rows, XBLO
     tl.store(out_ptr + xindex * 0, div, mask=xmask)
 
 
-launch_1 = Launch(mc_fused_ne_sum_to_copy_div_1, numel=1, device="cpu", row=4, extent=4)
+launch_1 = Launch(mc_fused_ne_sum_to_copy_div_1, ReductionLaunch(rows=1, rblock=4, extent=4), device="cpu")
 
 
 def call(logits, target):

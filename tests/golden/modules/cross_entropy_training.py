@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, ReductionLaunch
 
 
 # -- how reductions combine two partial results (lowering/ops/reductions.py) -----------
@@ -151,7 +151,7 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out0_ptr, out1_pt
     tl.store(out2_ptr + x0, where_1, mask=xmask)
 
 
-launch_0 = Launch(mc_fused_amax_sub_exp_sum_log_ne_0, numel=4, device="cpu", row=4096, extent=9000)
+launch_0 = Launch(mc_fused_amax_sub_exp_sum_log_ne_0, ReductionLaunch(rows=4, rblock=4096, extent=9000), device="cpu")
 
 # kernel 1: ne, sum_2, _to_copy, sum_3, div
 #   aten ops: ne, sum, _to_copy, div
@@ -177,7 +177,7 @@ def mc_fused_ne_sum_to_copy_div_1(target_ptr, where_1_ptr, out0_ptr, out1_ptr, n
     tl.store(out1_ptr + xindex * 0, div, mask=xmask)
 
 
-launch_1 = Launch(mc_fused_ne_sum_to_copy_div_1, numel=1, device="cpu", row=4, extent=4)
+launch_1 = Launch(mc_fused_ne_sum_to_copy_div_1, ReductionLaunch(rows=1, rblock=4, extent=4), device="cpu")
 
 
 def call(logits, target):
@@ -248,7 +248,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, ReductionLaunch
 
 
 # -- how reductions combine two partial results (lowering/ops/reductions.py) -----------
@@ -365,7 +365,7 @@ def mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0(primals_2_ptr, tangents_
         tl.store(out_ptr + (9000*x0 + r0), sub_2, mask=xmask & rmask)
 
 
-launch_0 = Launch(mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0, numel=4, device="cpu", row=4096, extent=9000)
+launch_0 = Launch(mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0, ReductionLaunch(rows=4, rblock=4096, extent=9000), device="cpu")
 
 
 def call(primals_1, primals_2, amax, log, _to_copy, tangents_1):

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, PointwiseLaunch
 
 
 # kernel 0: mul, add, relu
@@ -53,7 +53,7 @@ def mc_fused_mul_add_relu_0(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr
     tl.store(out_ptr + offsets, relu, mask=mask)
 
 
-launch_0 = Launch(mc_fused_mul_add_relu_0, numel=128, device="cpu")
+launch_0 = Launch(mc_fused_mul_add_relu_0, PointwiseLaunch(numel=128), device="cpu")
 
 # kernel 1: add_1, sigmoid
 #   aten ops: add, sigmoid
@@ -72,7 +72,7 @@ def mc_fused_add_sigmoid_1(mm_ptr, b_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.co
     tl.store(out_ptr + offsets, sigmoid, mask=mask)
 
 
-launch_1 = Launch(mc_fused_add_sigmoid_1, numel=256, device="cpu")
+launch_1 = Launch(mc_fused_add_sigmoid_1, PointwiseLaunch(numel=256), device="cpu")
 
 
 def call(x, wt, b):

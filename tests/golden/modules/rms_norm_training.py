@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, ReductionLaunch
 
 
 # -- how reductions combine two partial results (lowering/ops/reductions.py) -----------
@@ -118,7 +118,7 @@ def mc_fused_pow_mean_add_rsqrt_mul_0(x_ptr, w_ptr, out0_ptr, out1_ptr, n_rows, 
     tl.store(out0_ptr + x0, rsqrt, mask=xmask)
 
 
-launch_0 = Launch(mc_fused_pow_mean_add_rsqrt_mul_0, numel=64, device="cpu", row=64, extent=64)
+launch_0 = Launch(mc_fused_pow_mean_add_rsqrt_mul_0, ReductionLaunch(rows=64, rblock=64, extent=64), device="cpu")
 
 
 def call(x, w):
@@ -189,7 +189,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, ReductionLaunch
 
 
 # -- how reductions combine two partial results (lowering/ops/reductions.py) -----------
@@ -296,7 +296,7 @@ def mc_fused_mul_view_sum_alias_pow_expand_0(tangents_1_ptr, primals_1_ptr, rsqr
     tl.store(out0_ptr + pid * 64 + r0, sum_1_partial, mask=rmask)
 
 
-launch_0 = Launch(mc_fused_mul_view_sum_alias_pow_expand_0, numel=64, device="cpu", row=64, extent=64, groups=4)
+launch_0 = Launch(mc_fused_mul_view_sum_alias_pow_expand_0, ReductionLaunch(rows=64, rblock=64, extent=64, groups=4), device="cpu")
 
 # kernel 1: sum_1_total, sum_1, view
 #   aten ops: sum, view
@@ -317,7 +317,7 @@ def mc_fused_sum_view_1(sum_1_partial_ptr, out_ptr, n_rows, XBLOCK: tl.constexpr
     tl.store(out_ptr + x0, sum_1_total, mask=xmask)
 
 
-launch_1 = Launch(mc_fused_sum_view_1, numel=64, device="cpu", row=4, extent=4)
+launch_1 = Launch(mc_fused_sum_view_1, ReductionLaunch(rows=64, rblock=4, extent=4), device="cpu")
 
 
 def call(primals_1, primals_2, rsqrt, tangents_1):

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch
+from minicomp.runtime import Launch, PointwiseLaunch
 
 
 # kernel 0: mul, slice_1, neg, slice_2, cat, mul_1, add, mul_2, slice_3, neg_1, slice_4, cat_1, mul_3, add_1
@@ -82,7 +82,7 @@ def mc_fused_mul_slice_neg_cat_add_0(q_ptr, cos_ptr, sin_ptr, k_ptr, out0_ptr, o
     tl.store(out1_ptr + (x3 + 64*(offsets // 32) + 32), add_1_1, mask=mask)
 
 
-launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, numel=4096, device="cpu", parts=2)
+launch_0 = Launch(mc_fused_mul_slice_neg_cat_add_0, PointwiseLaunch(numel=4096, parts=2), device="cpu")
 
 
 def call(q, k, cos, sin):

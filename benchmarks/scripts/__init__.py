@@ -1,0 +1,1 @@
+"""GPU-machine scripts: the CUDA tests, the bench and experiment runs, A/B runs, an Nsight Compute target."""

@@ -1,0 +1,84 @@
+"""The Python lines of a generated `call` that are not kernel launches: extern ATen calls,
+their arguments as literals, and the `del` of each buffer after its last use."""
+
+from __future__ import annotations
+
+import operator
+import re
+
+import torch
+
+from minicomp.ir import Ref
+
+
+def freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:
+    """`lines` with a `del` after the last line that touches each intermediate buffer, as
+    Inductor's wrapper does: a local lives until `call` returns, so without it the peak memory
+    of a call is the sum of all its intermediates. Inputs go too (`call_boxed` empties its
+    argument list: a backward's saved activations are freed as it goes); outputs are left alone."""
+    kept = {o for o in graph.outputs if isinstance(o, str)}
+    last = {}
+    for i, names in enumerate(uses):
+        for name in names:
+            last[name] = i
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        dead = sorted(n for n, at in last.items() if at == i and n not in kept)
+        if dead:
+            out.append(f"del {', '.join(dead)}")
+    return out
+
+
+def safe_name(text: str) -> str:
+    """A user's name (a function's __name__) as it may appear in generated text: [A-Za-z0-9_]."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)[:80] or "fn"
+
+
+def doc_line(line: str) -> str:
+    """A line for the module's docstring: no backslash escapes, no closing quotes."""
+    return line.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+# view ops called as the tensor's method: the same ATen op without the OpOverload's Python call
+METHODS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.unsqueeze.default": "unsqueeze"}
+
+
+def extern_line(node) -> str:
+    """The line of `call` that runs extern node `node` through ATen."""
+    if node.target is operator.getitem:
+        return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
+    method = METHODS.get(str(node.target))
+    if method and not node.kwargs and len(node.args) == 2 and isinstance(node.args[0], Ref):
+        return f"{node.name} = {node.args[0].name}.{method}({render_arg(node.args[1])})"
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
+    else:
+        call = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
+    if not DOTTED.fullmatch(call):
+        raise NotImplementedError(f"cannot call {call!r} from generated code")
+    args = [render_arg(a) for a in node.args] + [f"{k}={render_arg(v)}" for k, v in node.kwargs.items()]
+    return f"{node.name} = {call}({', '.join(args)})"
+
+
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+SIMPLE = (type(None), bool, int, float, complex, str)
+
+
+def render_arg(value) -> str:
+    """An FX argument as Python source inside the wrapper (only values with a literal form)."""
+    if isinstance(value, Ref):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(render_arg(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f'float("{value}")'
+    if type(value) not in SIMPLE:
+        raise NotImplementedError(f"an argument of type {type(value).__name__} has no literal form")
+    return repr(value)

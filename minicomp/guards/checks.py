@@ -1,0 +1,92 @@
+"""Checks outside the signature key: per call, only by the entries that need them, and while tracing.
+
+Per call: an entry that writes into an input runs eagerly when that input shares memory with
+another argument (`shares_memory`); one whose trace holds float tensors the function closes
+over runs eagerly once one of them requires grad (`grad_watched`, `constants_need_grad`).
+While tracing, what a compiled graph cannot keep is refused with an exception of its own
+(the signature then runs eagerly): a closed-over tensor that requires grad, an autograd hook,
+a number read from tensor values, a change to Python state, an argument minicomp cannot watch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# -- checked per call, only by entries that need it ------------------------------------
+
+
+def shares_memory(leaves, slots, tensor_slots) -> bool:
+    """Does a tensor at `slots` (inputs the entry writes into) share storage with another argument?
+    The compiled code reads each input as it was before the call: eager would see the write."""
+    for i in slots:
+        storage = leaves[i].untyped_storage().data_ptr()
+        for j in tensor_slots:
+            if j != i and leaves[j].untyped_storage().data_ptr() == storage:
+                return True
+    return False
+
+
+def versions(leaves, tensor_slots) -> list[int]:
+    """Each tensor argument's version counter: it moves when the tensor is written in place."""
+    return [leaves[i]._version for i in tensor_slots]
+
+
+class ConstantNeedsGrad(RuntimeError):
+    """The trace holds a tensor the function closes over (a global weight, a module it names)
+    that requires grad: a compiled graph treats it as a constant, so its gradient would be lost."""
+
+
+def refuse_grad_constants(constants: list[torch.Tensor], grad_enabled: bool) -> None:
+    """Raise ConstantNeedsGrad when grad mode is (was, at the call) on and a tensor the function
+    closes over requires grad: eager would record its ops for autograd, and `backward()` fill
+    its `.grad`."""
+    if not grad_enabled:
+        return
+    for value in constants:
+        if value.requires_grad:
+            raise ConstantNeedsGrad(
+                f"it closes over a tensor that requires grad (shape {list(value.shape)}), whose gradient a "
+                "compiled graph cannot reach: pass it as an argument, or compile the module that owns it "
+                "(minicomp.jit(module) or torch.compile(module, backend='minicomp'))"
+            )
+
+
+def grad_watched(constants: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The constants whose `requires_grad` a compiled entry checks on each call (the float ones:
+    only they can require grad). A weight unfrozen after compiling (`p.requires_grad_()`) makes
+    the entry run eagerly, where its gradient is recorded."""
+    return [c for c in constants if c.is_floating_point() or c.is_complex()]
+
+
+def constants_need_grad(watched: list[torch.Tensor]) -> bool:
+    return torch.is_grad_enabled() and any(c.requires_grad for c in watched)
+
+
+class GradHook(RuntimeError):
+    """The function hooks into autograd (`y.retain_grad()`, `y.register_hook(fn)`): a compiled
+    graph records values only, so eager's `.grad` or hook would never be there."""
+
+
+class NumberFromValues(RuntimeError):
+    """The function returns a Python number read from tensor values (`x.sum().item()`): a trace
+    holds it as a symbol, which a compiled entry would hand back in place of the number."""
+
+
+def refuse_numbers_from_values(leaves: list) -> None:
+    for value in leaves:
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise NumberFromValues(
+                "it returns a Python number read from tensor values (`.item()`, `.tolist()`), which "
+                "compiled code cannot return: return the tensor and read the number outside the jitted function"
+            )
+
+
+# -- Python side effects of a trace ------------------------------------------------
+
+
+class SideEffect(RuntimeError):
+    """Tracing changed Python state (a module attribute, a global): the function runs eagerly."""
+
+
+class Unguarded(RuntimeError):
+    """An argument minicomp cannot watch for changes (an `Unguardable` leaf)."""

@@ -1,0 +1,146 @@
+"""What a launch of one kernel kind needs to know: one small frozen class a kind.
+
+A generated module hands its `Launch` the spec of its kernel's kind,
+
+    launch_0 = Launch(mc_fused_add_relu_0, PointwiseLaunch(numel=4096), device="cuda:0")
+
+and the spec answers everything that depends on the kind: the grid for a block,
+the block's name in the kernel's signature, the configuration without measuring
+(`heuristic`), the candidates a large kernel is timed over (`candidates`), whether
+the first call times them (`tuned`), and the compile options. Its `repr` is the
+Python expression that makes it, leaving out fields at their defaults, so the
+generated line reads as the call it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from minicomp import config
+from minicomp.runtime.launch_configs import heuristic, reduction_candidates, reduction_heuristic
+
+
+class _Spec:
+    """What every spec shares: a readable repr, and the default block name and options."""
+
+    block_name: ClassVar[str] = "BLOCK_SIZE"  # the block's constexpr parameter
+    options: ClassVar[dict] = {}  # Triton compile options of the kind
+
+    def __repr__(self) -> str:
+        fields = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if f.default is dataclasses.MISSING or getattr(self, f.name) != f.default
+        ]
+        return f"{type(self).__name__}({', '.join(fields)})"
+
+    def tuned(self) -> bool:
+        """Whether the first call chooses the configuration by timing candidates (large kernels)."""
+        return self.work >= config.get("tune_min_numel")
+
+
+class _Elements(_Spec):
+    """A kernel over a flat index space of `numel` elements, `parts` written per offset."""
+
+    numel: int
+    parts: int
+
+    @property
+    def work(self) -> int:
+        """The elements the kernel writes (what decides whether it is tuned)."""
+        return self.numel * self.parts
+
+    def per_part(self, block: int) -> int:
+        """BLOCK_SIZE for `block` elements a program when each offset writes `parts` of them
+        (a power of two, as tl.arange needs: 3 parts of 1024 elements get 256 offsets)."""
+        return max(1 << ((block // self.parts).bit_length() - 1), 16)
+
+    def heuristic(self, device: torch.device) -> tuple[int, int]:
+        if device.type == "cpu":  # the interpreter: no need to scale by parts
+            return heuristic(self.numel, device)
+        block, warps = heuristic(self.numel * self.parts, device)
+        return self.per_part(block), warps
+
+    def candidates(self) -> list[tuple[int, int]]:
+        return [(self.per_part(block), warps) for block, warps in config.get("launch_candidates")]
+
+
+@dataclass(frozen=True, repr=False)
+class PointwiseLaunch(_Elements):
+    """A pointwise kernel: `numel` elements, `parts` written per offset (codegen/parts.py); with
+    `planes`, its planes walked `group` side by side (codegen/plane_order.py)."""
+
+    numel: int
+    parts: int = 1
+    planes: int = 0
+    group: int = 0
+
+    def grid(self, block: int) -> int:
+        if self.planes:  # every group of planes padded to `group` planes, each plane's blocks
+            return -(-self.planes // self.group) * self.group * -(-(self.numel // self.planes) // block)
+        return -(-self.numel // block)
+
+
+@dataclass(frozen=True, repr=False)
+class CombinedLaunch(_Elements):
+    """Two independent pointwise kernels in one launch (templates/combo.py.j2): `pieces` holds
+    each kernel's elements, its programs after the previous one's."""
+
+    pieces: tuple[int, ...]
+    parts: int = 1
+
+    @property
+    def numel(self) -> int:
+        return sum(self.pieces)
+
+    def grid(self, block: int) -> int:
+        return sum(-(-n // block) for n in self.pieces)
+
+
+@dataclass(frozen=True, repr=False)
+class ReductionLaunch(_Spec):
+    """A reduction kernel: `rows` rows of `extent` elements, `rblock` of a row in a program's tile;
+    launched over rows, XBLOCK of them a program. A grouped one has `groups` programs, each taking
+    its group's rows XBLOCK at a time (split_reductions.py)."""
+
+    rows: int
+    rblock: int
+    extent: int
+    groups: int = 0
+
+    block_name: ClassVar[str] = "XBLOCK"
+    # A reduction kernel computes a value in one pass and again in the next (softmax: x * c for
+    # the row's max, then x * c - max inside exp). Contracted into an FMA the second pass skips
+    # the product's rounding, so x * c - max(x * c) is the rounding error, not 0 (about 1e23 when
+    # the products are ~1e30: exp overflowed, NaN where eager gives 1). Every op rounds, as in eager.
+    options: ClassVar[dict] = {"enable_fp_fusion": False}
+
+    @property
+    def numel(self) -> int:
+        """The size a tuning record is named by: the rows."""
+        return self.rows
+
+    @property
+    def work(self) -> int:
+        return self.rows * max(self.rblock, self.extent)
+
+    @property
+    def program_rows(self) -> int:
+        """The rows a program's XBLOCK is chosen for: all of them, or a grouped kernel's group."""
+        return -(-self.rows // self.groups) if self.groups else self.rows
+
+    def grid(self, block: int) -> int:
+        return self.groups or -(-self.rows // block)
+
+    def heuristic(self, device: torch.device) -> tuple[int, int]:
+        return reduction_heuristic(self.program_rows, self.rblock, device)
+
+    def candidates(self) -> list[tuple[int, int]]:
+        return reduction_candidates(self.program_rows, self.rblock)
+
+
+LaunchSpec = PointwiseLaunch | CombinedLaunch | ReductionLaunch

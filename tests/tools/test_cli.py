@@ -1,0 +1,78 @@
+"""The `minicomp` command: every `--help` prints help and runs nothing; the demo prints what the
+README says (a line per seed workload, then one generated module); nothing is written unasked."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from minicomp.__main__ import COMMANDS, main
+
+HELP = [[], *([c] for c in COMMANDS)]
+
+
+@pytest.mark.parametrize("command", HELP, ids=["minicomp", *COMMANDS])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_help_and_runs_nothing(command, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, flag])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: minicomp {command[0] if command else ''}".rstrip())
+    assert "minicomp demo on" not in out and "====" not in out  # nothing compiled, nothing explained
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_help_through_python_dash_m(tmp_path):
+    """`python -m minicomp demo --help` from outside the checkout: help, exit 0, no demo."""
+    for args in (["--help"], ["demo", "--help"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "minicomp", *args],
+            cwd=tmp_path,
+            env=dict(os.environ, MINICOMP_CACHE_DIR=str(tmp_path / "cache")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("usage: minicomp") and "minicomp demo on" not in out.stdout
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_unknown_command_or_workload_is_a_usage_error(capsys):
+    for argv in (["demos"], ["demo", "gelu"], ["demo", "bias_relu", "--code", "swiglu"], ["explain", "nope"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2, argv
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_demo_prints_a_line_per_workload_then_one_module(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "bias_relu", "swiglu"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(line.startswith("ok  bias_relu ") and "1 kernel(s)" in line for line in lines)
+    assert any(line.startswith("ok  swiglu ") for line in lines)
+    assert out.count("==== generated module: ") == 1 and "==== generated module: swiglu" in out
+    assert "@triton.jit" in out and "def call" in out
+    assert "minicomp demo --code bias_relu" in out  # how to see the rest
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_code_all_prints_every_module(capsys):
+    assert main(["demo", "bias_relu", "gelu_erf", "--code", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "==== generated module: bias_relu" in out and "==== generated module: gelu_erf" in out
+
+
+def test_explain_writes_an_image_only_when_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["explain", "bias_relu"]) == 0
+    assert "==== generated module" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    assert main(["explain", "bias_relu", "--image", "graph.svg"]) == 0
+    assert "written to graph.svg" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["graph.svg"]
