@@ -11,6 +11,7 @@ call (in-place writes) and, in training cases, every input's gradient.
     python tests/fuzz/fuzzer.py --cases 20000 --seed 0          # the long developer run
     python tests/fuzz/fuzzer.py --family extern --cases 200     # one family of ops
     python tests/fuzz/fuzzer.py --repro 0:1234                  # one case, printed and run
+    python tests/fuzz/fuzzer.py --device cuda --cases 2000      # inputs on the GPU
 
 Families (`FAMILIES`): pointwise, views, reductions, integer, extern; `all` mixes them.
 """
@@ -21,6 +22,7 @@ import argparse
 import collections
 import contextlib
 import linecache
+import os
 import random
 import sys
 import time
@@ -36,7 +38,9 @@ LAYOUTS = ["contiguous", "transposed", "channels_last", "expanded", "offset", "o
 
 
 # -- inputs ------------------------------------------------------------------------------------
-def make_input(rng: random.Random, dtype: torch.dtype, layout: str, rank: int) -> tuple[torch.Tensor, str]:
+def make_input(
+    rng: random.Random, dtype: torch.dtype, layout: str, rank: int, device: str = "cpu"
+) -> tuple[torch.Tensor, str]:
     """A tensor of `dtype` laid out as `layout`, and the Python text that makes it from a seed."""
     gen = torch.Generator().manual_seed(rng.randrange(2**31))
     shape = [rng.choice([1, 2, 3, 4, 5, 7, 8]) for _ in range(rank)]
@@ -47,12 +51,12 @@ def make_input(rng: random.Random, dtype: torch.dtype, layout: str, rank: int) -
     if layout == "channels_last":
         shape = (shape + [3, 4, 5, 6])[:4]
 
-    def values(size):
+    def values(size):  # drawn on the CPU (the same numbers on every device), then moved
         if dtype.is_floating_point:
-            return torch.randn(size, generator=gen).to(dtype)
+            return torch.randn(size, generator=gen).to(device=device, dtype=dtype)
         if dtype == torch.bool:
-            return torch.randint(0, 2, size, generator=gen).bool()
-        return torch.randint(-7, 8, size, generator=gen).to(dtype)
+            return torch.randint(0, 2, size, generator=gen).bool().to(device)
+        return torch.randint(-7, 8, size, generator=gen).to(device=device, dtype=dtype)
 
     if layout == "transposed" and len(shape) >= 2:
         base = values(shape[:-2] + [shape[-1], shape[-2]])
@@ -80,7 +84,7 @@ def make_input(rng: random.Random, dtype: torch.dtype, layout: str, rank: int) -
 @dataclass(frozen=True)
 class Op:
     family: str
-    text: str  # a format string over {a}, {b} (values) and {r} (random choices)
+    text: str  # a format string over {a}, {b} (values), {r} (random choices), {like}/{on} ({a}'s dtype, device)
     arity: int = 1
     floats_only: bool = False
     ints_only: bool = False
@@ -142,14 +146,26 @@ def _ops() -> list[Op]:
         Op(i, "{a} // {r}", ints_only=True, choices=(2, 3, -4)),
         Op(i, "{a} % {r}", ints_only=True, choices=(2, 5)),
         Op(i, "{a} & {b}", arity=2, ints_only=True),
-        Op(e, "F.relu(F.conv2d({a}, torch.ones(2, {a}.shape[1], 1, 1, dtype={a}.dtype)))", floats_only=True),
-        Op(e, "F.relu(F.conv1d({a}, torch.ones(3, {a}.shape[1], 2, dtype={a}.dtype)))", floats_only=True),
+        Op(
+            e,
+            "F.relu(F.conv2d({a}, torch.ones(2, {a}.shape[1], 1, 1, {like})))",
+            floats_only=True,
+        ),
+        Op(
+            e,
+            "F.relu(F.conv1d({a}, torch.ones(3, {a}.shape[1], 2, {like})))",
+            floats_only=True,
+        ),
         Op(e, "F.pad({a}, (1, 1), mode='circular') * 2", floats_only=True),
         Op(e, "torch.fft.rfftn({a}).abs() + 1", floats_only=True),
         Op(e, "torch.fft.irfft({a}) * 2", floats_only=True),
         Op(e, "torch.linalg.svd({a}, full_matrices=False).Vh.abs() * 2", floats_only=True),
         Op(e, "({a} @ {b}) + 1", arity=2, floats_only=True),
-        Op(e, "F.batch_norm({a}, torch.zeros({a}.shape[1]), torch.ones({a}.shape[1])) + 1", floats_only=True),
+        Op(
+            e,
+            "F.batch_norm({a}, torch.zeros({a}.shape[1], {on}), torch.ones({a}.shape[1], {on})) + 1",
+            floats_only=True,
+        ),
     ]
 
 
@@ -201,9 +217,10 @@ def _eager(source, inputs):
         return _function(source, "eager")(*inputs)
 
 
-def generate(seed: int, family: str = "all") -> Case:
+def generate(seed: int, family: str = "all", device: str | None = None) -> Case:
     """Case `seed` of `family`: inputs, then ops kept while eager runs them."""
     rng = random.Random(seed)
+    device = device or os.environ.get("MINICOMP_FUZZ_DEVICE", "cpu")
     fam = rng.choice(FAMILIES) if family == "all" else family
     dtypes = FAMILY_DTYPES.get(fam, FLOATS)
     training = fam in ("pointwise", "reductions", "views") and rng.random() < 0.25
@@ -211,9 +228,8 @@ def generate(seed: int, family: str = "all") -> Case:
     for _ in range(rng.choice([1, 2, 2, 3])):
         layout = rng.choice(LAYOUTS if fam != "extern" else ["contiguous", "transposed", "channels_last", "offset"])
         dtype = rng.choice(dtypes)
-        x, text = make_input(
-            rng, dtype, layout, rank=rng.choice([1, 2, 3, 4]) if fam != "extern" else rng.choice([2, 3, 4])
-        )
+        rank = rng.choice([1, 2, 3, 4]) if fam != "extern" else rng.choice([2, 3, 4])
+        x, text = make_input(rng, dtype, layout, rank, device)
         if training and x.dtype.is_floating_point:
             x = x.detach().requires_grad_(True)
         inputs.append(x)
@@ -234,7 +250,8 @@ def generate(seed: int, family: str = "all") -> Case:
             op.ints_only and values[a].dtype.is_floating_point
         ):
             continue
-        expr = op.text.format(a=a, b=b, r=rng.choice(op.choices) if op.choices else "")
+        like, on = f"dtype={a}.dtype, device={a}.device", f"device={a}.device"  # new tensors beside {a}
+        expr = op.text.format(a=a, b=b, r=rng.choice(op.choices) if op.choices else "", like=like, on=on)
         name = f"t{step}"
         try:
             trial = Case(seed, fam, case.training, inputs, texts, case.lines + [f"{name} = {expr}"], [name], prefix)
@@ -425,7 +442,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repro", help="FAMILY:SEED or SEED: print one case and check it")
     parser.add_argument("--isolate", action="store_true", help="run cases in child processes (survives crashes)")
     parser.add_argument("--json", action="store_true", help="print one JSON line: cases and findings")
+    parser.add_argument("--device", help="where the inputs live (cpu, cuda); children inherit it")
     args = parser.parse_args(argv)
+    if args.device:
+        os.environ["MINICOMP_FUZZ_DEVICE"] = args.device
     if args.repro:
         family, _, seed = args.repro.rpartition(":")
         case = generate(int(seed), family or args.family)

@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "minicomp"
 
@@ -94,13 +95,19 @@ def test_the_core_never_imports_the_user_facing_layers():
     assert reached & USER_FACING == set()
 
 
-def test_every_folder_is_a_layer_and_says_its_job():
-    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+FOLDERS = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+
+
+def test_every_folder_is_a_layer():
     layered = {u for layer in LAYERS for u in layer}
-    assert folders <= layered, folders - layered
-    for name in folders:
-        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text()))
-        assert doc and doc.split("\n")[0].strip(), f"{name}/__init__.py has no one-line job"
+    assert set(FOLDERS) <= layered, set(FOLDERS) - layered
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_each_folder_says_its_job(folder):
+    """`pytest -v` on this file lists the stages: one test per folder, its job in its docstring."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
+    assert doc and doc.split("\n")[0].strip(), f"{folder}/__init__.py has no one-line job"
 
 
 def test_the_runtime_never_imports_the_compiler():
