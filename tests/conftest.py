@@ -18,6 +18,19 @@ os.environ["MINICOMP_FALLBACK"] = "raise"  # a compile failure is a test failure
 
 import minicomp  # noqa: E402
 
+
+def _backend_by_name() -> None:
+    """`torch.compile(backend="minicomp")` finds minicomp through its installed entry point; a
+    source tree run without installing (the GPU machine: PYTHONPATH=.) registers it here."""
+    from torch._dynamo.backends.registry import list_backends, register_backend
+
+    if "minicomp" not in list_backends(exclude_tags=()):
+        from minicomp.dispatch.dynamo import backend
+
+        register_backend(name="minicomp")(backend)
+
+
+_backend_by_name()
 HAS_CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]  # the same test ids with or without a GPU
 

@@ -8,6 +8,7 @@ recorded by what it is:
                                                 of the signature: it depends on shapes, dtypes, scalars)
     Argument(slot)                              the argument at leaf `slot` itself (`return x.mul_(2)`)
     ArgumentView(slot, shape, stride, offset)   a view of that argument, `offset` elements past its own
+                                                (read as `dtype` when given: `x.view(torch.int32)`)
     SameAs(leaf)                                the very object of output leaf `leaf` (`return y, y`)
 
 so a returned argument is the caller's object, a returned view writes through to its base,
@@ -46,12 +47,14 @@ class Argument:
 @dataclass(frozen=True, slots=True)
 class ArgumentView:
     """A view of the argument at leaf `slot`: its shape and stride, `offset` elements past the
-    argument's own storage offset."""
+    argument's own storage offset; with `dtype` (a view(dtype) of another dtype), the argument's
+    bits read as `dtype`, the shape, stride and offset counted in its elements."""
 
     slot: int
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
+    dtype: torch.dtype | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class Outputs:
                 values.append(leaves[record.slot])
             elif form is ArgumentView:
                 base = leaves[record.slot]
+                if record.dtype is not None:
+                    base = base.view(record.dtype)
                 values.append(base.as_strided(record.shape, record.stride, base.storage_offset() + record.offset))
             else:
                 values.append(values[record.leaf])
@@ -119,7 +124,8 @@ def _dump(record: OutputRecord) -> list | None:
         value = _encode(record.value)
         return None if value is None else ["const", value]
     if form is ArgumentView:
-        return ["view", record.slot, list(record.shape), list(record.stride), record.offset]
+        dtype = [] if record.dtype is None else [str(record.dtype).removeprefix("torch.")]
+        return ["view", record.slot, list(record.shape), list(record.stride), record.offset, *dtype]
     if form is GraphOutput:
         return ["tensor", record.index]
     if form is Argument:
@@ -132,7 +138,8 @@ def _load(item: list) -> OutputRecord:
     if tag == "const":
         return Constant(_decode(item[1]))
     if tag == "view":
-        return ArgumentView(int(item[1]), tuple(item[2]), tuple(item[3]), int(item[4]))
+        dtype = getattr(torch, item[5]) if len(item) > 5 else None
+        return ArgumentView(int(item[1]), tuple(item[2]), tuple(item[3]), int(item[4]), dtype)
     if tag == "tensor":
         return GraphOutput(int(item[1]))
     if tag == "input":

@@ -12,7 +12,14 @@ argument, a view of one, a constant) is recorded in an Outputs (outputs.py).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import operator
+import os
+import sys
+import threading
+from pathlib import Path
 
 import torch
 import torch.fx
@@ -96,18 +103,177 @@ class ClosedOver(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.tensors: dict[int, torch.Tensor] = {}
+        self.grad_turned_on = False  # an op ran with grad mode on where the call had it off (enable_grad)
+        self._grad_at_call = torch.is_grad_enabled()
+        self.stopped: Exception | None = None  # why the trace stopped (guards.TraceStopped), if it did
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not self._grad_at_call and torch.is_grad_enabled():
+            self.grad_turned_on = True
         if func in _GRAD_HOOKS:
             raise guards.GradHook(
                 f"it calls Tensor.{func.__name__}, which a compiled graph cannot keep: the hook (or the "
                 "retained .grad) would never see the compiled backward"
             )
+        if func in _VALUE_READS:
+            self.stopped = guards.ReadsValues(
+                "it branches on tensor values (e.g. `if x.sum() > 0`), which a trace cannot follow. Use "
+                "torch.where for the branch, decide it from shapes or Python arguments, or keep that part "
+                "outside the jitted function"
+                if func is torch.Tensor.__bool__
+                else f"it reads tensor values in Python (Tensor.{func.__name__}: `int(t)`, `.item()`, "
+                "`.tolist()`, `.numpy()`), which a trace has none of: keep that read outside the jitted function"
+            )
+            raise guards.TraceStopped(self.stopped)
+        if _fails_on_values(func, args) and _inside_a_try():
+            self.stopped = guards.ReadsValues(
+                f"it indexes by tensor values ({getattr(func, '__name__', func)}) inside its own try block: "
+                "eager raises for an index out of range and takes the except branch, compiled code cannot"
+            )
+            raise guards.TraceStopped(self.stopped)
         kwargs = kwargs or {}
+        written = _written_in_place(func, args, kwargs)
+        if written is not None and _is_real(written):
+            raise guards.SideEffect(
+                f"it writes in place into a tensor it closes over (shape {list(written.shape)}, by "
+                f"{getattr(func, '__name__', func)}), which compiled code would not repeat: pass that tensor "
+                "as an argument, or keep the write outside the jitted function"
+            )
         for value in pytree.tree_leaves((args, kwargs)):
             if isinstance(value, torch.Tensor) and _is_real(value):
                 self.tensors.setdefault(id(value), value)
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except Exception as err:
+            if not any(k.__name__ in _TRACER_ERRORS for k in type(err).__mro__):
+                raise  # eager's own error (a shape mismatch): the function may catch it, as in eager
+            self.stopped = err
+            raise guards.TraceStopped(err) from err
+
+    @contextlib.contextmanager
+    def refusing(self):
+        """Around the call of the traced function, outside its frames: a TraceStopped becomes its
+        refusal, and a refusal the function swallowed (a bare `except:`) is raised all the same."""
+        try:
+            yield
+        except guards.TraceStopped as stop:
+            raise stop.refusal from None
+        if self.stopped is not None:
+            raise self.stopped
+
+
+# Tensor methods that read values into Python: a stand-in has none (`.numpy()` would read memory
+# that holds none), and a number read would be baked into the trace
+_VALUE_READS = frozenset(
+    {
+        torch.Tensor.item,
+        torch.Tensor.tolist,
+        torch.Tensor.numpy,
+        torch.Tensor.__array__,
+        torch.Tensor.__bool__,
+        torch.Tensor.__int__,
+        torch.Tensor.__float__,
+        torch.Tensor.__complex__,
+        torch.Tensor.__index__,
+    }
+)
+# ops that raise for some values of their tensor arguments (an index out of range)
+_INDEXING = frozenset(
+    "__getitem__ __setitem__ index_select gather take take_along_dim embedding one_hot index_add index_add_ "
+    "index_copy index_copy_ index_fill index_fill_ index_put index_put_ scatter scatter_ scatter_add "
+    "scatter_add_ scatter_reduce scatter_reduce_".split()
+)
+
+
+def _fails_on_values(func, args) -> bool:
+    """An op that indexes by tensor values (`x[idx]`, gather, embedding): eager may raise for them."""
+    if getattr(func, "__name__", "") not in _INDEXING:
+        return False
+    if func.__name__ in ("__getitem__", "__setitem__"):
+        index = args[1] if len(args) > 1 else None
+        return any(
+            isinstance(i, torch.Tensor) and i.dtype != torch.bool and not i.is_floating_point()
+            for i in pytree.tree_leaves(index)
+        )
+    return True
+
+
+_PACKAGES = tuple(os.path.join(path, "") for path in (Path(torch.__file__).parent, Path(__file__).parents[1]))
+
+
+def _inside_a_try() -> bool:
+    """Whether the user's code calling torch now runs inside a try block of its own (one with an
+    except or finally: a `with` block's cleanup does not count), in any of its frames."""
+    frame, users = sys._getframe(2), False
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_PACKAGES):
+            if users and filename.startswith(_PACKAGES[1]):
+                return False  # past the user's frames: the tracer's own
+        else:
+            users = True
+            if _catches(frame.f_code, frame.f_lasti):
+                return True
+        frame = frame.f_back
+    return False
+
+
+@functools.cache
+def _catches(code, lasti: int) -> bool:
+    import dis
+
+    parse = getattr(dis, "_parse_exception_table", None)  # (CPython 3.11+; before, no table to read)
+    for entry in parse(code) if parse is not None else ():
+        if entry.start <= lasti < entry.end:
+            ops = code.co_code
+            with_block = entry.target + 2 < len(ops) and ops[entry.target + 2] == dis.opmap["WITH_EXCEPT_START"]
+            return ops[entry.target] == dis.opmap["PUSH_EXC_INFO"] and not with_block
+    return False
+
+
+# what the tracers raise where only tensor values (or make_fx) could go on; by name, so that
+# checking imports no fake tensors
+_TRACER_ERRORS = frozenset(
+    {
+        "Untraceable",
+        "DataDependentOutputException",
+        "DynamicOutputShapeException",
+        "UnsupportedOperatorException",
+        "GuardOnDataDependentSymNode",
+    }
+)
+
+
+_IN_PLACE_OPERATORS = {
+    f"__i{op}__" for op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split()
+}
+
+
+def _written_in_place(func, args, kwargs) -> torch.Tensor | None:
+    """The tensor a call of torch's writes into: its `out=`, or the first argument of an in-place
+    op (`add_`, `x[i] = v`, `x += v`, `F.relu(x, inplace=True)`); None for an op that writes nothing."""
+    out = kwargs.get("out")
+    for value in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(value, torch.Tensor):
+            return value
+    if not args or not isinstance(args[0], torch.Tensor):
+        return None
+    name = getattr(func, "__name__", "")
+    in_place = (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE_OPERATORS
+    if in_place or name == "__setitem__" or kwargs.get("inplace") is True:
+        return args[0]
+    return None
+
+
+def _refuse_grad_inside(needs_grad: list[torch.Tensor], closed_over: list[torch.Tensor]) -> None:
+    """A function called with grad mode off turned it on (`torch.enable_grad()`) while it had a
+    tensor that requires grad: eager's result would require grad, and an inference graph
+    records no autograd. Such a signature runs eagerly."""
+    if needs_grad or any(t.requires_grad for t in closed_over):
+        raise guards.GradModeInside(
+            "it turns grad mode on inside (torch.enable_grad / set_grad_enabled) while called under "
+            "no_grad with a tensor that requires grad, whose result eager records for autograd"
+        )
 
 
 _GRAD_HOOKS = (
@@ -160,14 +326,17 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
     if meta_trace.can_try():
         try:
             gm, outputs, closed_over = _trace_on_standins(fn, leaves, in_spec, tensor_slots)
-        except (guards.SideEffect, guards.GradHook):  # refused whichever tracer runs
+        except (guards.SideEffect, guards.GradHook, guards.GradModeInside, guards.ReadsValues):  # refused by both
             raise
         except Exception as why:  # noqa: BLE001 - Untraceable, or an error make_fx reports its own way
             logs.graph.info("traced with make_fx: %s", why)
         else:
             return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
     gm, outputs, closed_over = _trace_with_make_fx(fn, leaves, in_spec, tensor_slots)
-    return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
+    gm = _functional_temporaries(gm)
+    if _writes_in_place(gm):
+        gm = _functionalized(gm, [leaves[i] for i in tensor_slots])
+    return Traced(gm, names, tensor_slots, outputs, closed_over)
 
 
 def _flat(fn, leaves, in_spec, tensor_slots, records_of):
@@ -176,14 +345,18 @@ def _flat(fn, leaves, in_spec, tensor_slots, records_of):
     record and those tensors. result["outputs"] then says how a call's result is put together,
     `seen` (ClosedOver) which real tensors it closed over."""
     seen, result = ClosedOver(), {}
+    grad = torch.is_grad_enabled()  # the call's grad mode: both tracers run under no_grad
+    needs_grad = [leaves[i] for i in tensor_slots if leaves[i].requires_grad]
 
     def flat_fn(*tensors):
         values = list(leaves)
         for slot, t in zip(tensor_slots, tensors):
             values[slot] = t
         args, kwargs = pytree.tree_unflatten(values, in_spec)
-        with seen:
+        with seen.refusing(), seen, torch.set_grad_enabled(grad):  # `is_grad_enabled()` reads as in eager
             returned = fn(*args, **kwargs)
+        if seen.grad_turned_on:
+            _refuse_grad_inside(needs_grad, list(seen.tensors.values()))
         out_leaves, spec = flatten_outputs(returned)
         records, computed = records_of(out_leaves, tensors)
         result["outputs"] = Outputs(spec, records)
@@ -216,8 +389,7 @@ def _standin_record(out, i, out_leaves, standins, computed) -> OutputRecord:
             return Argument(out.root)
     if out.root is not None:
         base = standins[[s.root for s in standins].index(out.root)]
-        offset = out.storage_offset() - base.storage_offset()
-        return ArgumentView(out.root, tuple(out.shape), tuple(out.stride()), offset)
+        return _view_record(out, base, out.root)
     computed.append(out)
     return GraphOutput(len(computed) - 1)
 
@@ -237,7 +409,7 @@ def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     tensors = [leaves[i] for i in tensor_slots]
-    with torch.no_grad():
+    with torch.no_grad(), _fake_tensor_errors_unlogged():
         gm = make_fx(
             functionalize(flat_fn, remove="mutations"),
             decomposition_table=decompositions(),
@@ -245,6 +417,29 @@ def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
             _allow_non_fake_inputs=True,
         )(*[t.detach() for t in tensors])
     return gm, result["outputs"], list(seen.tensors.values())
+
+
+class _DropFakeTensorErrors(logging.Filter):
+    """FakeTensorMode logs an op's error with its traceback at ERROR level before raising it (31
+    lines for `bool - bool`): the error itself reaches the caller (eager's, when the call falls
+    back), so this thread's records of it are dropped while minicomp traces."""
+
+    def __init__(self):
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.thread == self.thread and str(record.msg).startswith("failed while attempting to run meta"))
+
+
+@contextlib.contextmanager
+def _fake_tensor_errors_unlogged():
+    logger, dropped = logging.getLogger("torch._subclasses.fake_tensor"), _DropFakeTensorErrors()
+    logger.addFilter(dropped)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropped)
 
 
 def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -258,13 +453,66 @@ def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if not packet.endswith("_") or packet.startswith("_") or not node.args:
             continue
         first = node.args[0]
-        if not isinstance(first, torch.fx.Node) or first.op != "call_function" or len(first.users) != 1:
-            continue
+        if not isinstance(first, torch.fx.Node) or not _fresh(first) or len(first.users) != 1:
+            continue  # a view's write lands in its base (circular pad's copy_ into slices of an empty)
         functional = getattr(getattr(torch.ops.aten, packet[:-1], None), target._overloadname, None)
         if functional is not None:
             node.target = functional
     gm.recompile()
     return gm
+
+
+def _fresh(node: torch.fx.Node) -> bool:
+    """Whether an op node's result is memory of its own: not a view of another value, nor the
+    result of an in-place op (which is its first argument)."""
+    if node.op != "call_function":
+        return False
+    target, index = node.target, 0
+    if target is operator.getitem and isinstance(node.args[0], torch.fx.Node):  # one result of a tuple
+        target, index = node.args[0].target, node.args[1]
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    returns = target._schema.returns
+    if not returns or isinstance(index, int) and index >= len(returns):
+        return len(returns) == 1 and returns[0].alias_info is None  # a Tensor[] result
+    return returns[index].alias_info is None
+
+
+def _writes_in_place(gm: torch.fx.GraphModule) -> bool:
+    """Whether an op of the graph still writes in place, besides the final `copy_` of a mutated
+    input into it: a decomposition that writes into a view of a value it made (circular pad
+    fills slices of an `empty`), which make_fx's decompositions run below functionalization."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if not node.target._schema.is_mutable:
+            continue
+        first = node.args[0] if node.args else None
+        if (
+            node.target is torch.ops.aten.copy_.default
+            and isinstance(first, torch.fx.Node)
+            and first.op == "placeholder"
+        ):
+            continue
+        return True
+    return False
+
+
+def _functionalized(gm: torch.fx.GraphModule, tensors: list[torch.Tensor]) -> torch.fx.GraphModule:
+    """`gm` traced once more through functionalization: a write into a view of a temporary becomes
+    a pure op (slice_scatter, ...) whose value later reads see; a mutated input keeps its final
+    `copy_`."""
+    from torch.func import functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        traced = make_fx(
+            functionalize(gm, remove="mutations"),
+            decomposition_table=decompositions(),
+            tracing_mode="fake",
+            _allow_non_fake_inputs=True,
+        )(*[t.detach() for t in tensors])
+    return _functional_temporaries(traced)
 
 
 def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> OutputRecord:
@@ -281,10 +529,24 @@ def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> Ou
     storage = StorageWeakRef(out.untyped_storage())
     for k, t in enumerate(tensors):
         if storage == storages[k]:
-            offset = out.storage_offset() - t.storage_offset()
-            return ArgumentView(tensor_slots[k], tuple(out.shape), tuple(out.stride()), offset)
+            return _view_record(out, t, tensor_slots[k])
     computed.append(out)
     return GraphOutput(len(computed) - 1)
+
+
+def _view_record(out: torch.Tensor, base: torch.Tensor, slot: int) -> ArgumentView:
+    """`out`, a view of argument `base`; one of another dtype (`x.view(torch.int32)`) is put back as
+    a view of `base.view(out.dtype)` (counted in its elements), or, where that view does not exist
+    for every call of the signature, refused."""
+    if out.dtype == base.dtype:
+        offset = out.storage_offset() - base.storage_offset()
+        return ArgumentView(slot, tuple(out.shape), tuple(out.stride()), offset)
+    try:
+        as_dtype = base.view(out.dtype)
+    except RuntimeError:
+        raise meta_trace.Untraceable("it returns a view of an argument as a dtype of another size") from None
+    offset = out.storage_offset() - as_dtype.storage_offset()
+    return ArgumentView(slot, tuple(out.shape), tuple(out.stride()), offset, out.dtype)
 
 
 def call_eagerly(fn, leaves, in_spec):

@@ -192,7 +192,11 @@ class KernelWriter:
         op = ops.Op(node, self.graph, self, index, mask)
         if op_name in ops.VIEWS:
             source, source_index = ops.VIEWS[op_name](op, index)
-            return self.value(source, source_index, mask)
+            value = self.value(source, source_index, mask)
+            if node.meta.dtype != (was := self.graph[source].meta.dtype):  # view(dtype): the same bits
+                code = ops.bitcast(value, was, node.meta.dtype)
+                return self.temp(code, dtypes.compute_dtype(node.meta.dtype), name, _provenance(node))
+            return value
         rule = ops.INDEXED.get(op_name) or ops.POINTWISE[op_name]
         code = rule(op)
         if code in self.used:  # the rule passed a value through (a decided cat or scatter): no alias line

@@ -24,8 +24,9 @@ from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
 from minicomp.codegen.reuse import reused_in_place
 from minicomp.codegen.templates import ENV
-from minicomp.codegen.wrapper import doc_line, extern_line, freed, safe_name
+from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, safe_name
 from minicomp.ir import TensorMeta
+from minicomp.lowering.layout import attention_mask, mask_strides
 from minicomp.plan.fusion import Extern, Kernel, Plan
 from minicomp.plan.steps import PointwiseKernel, ReductionKernel
 from minicomp.plan.storages import Storages
@@ -123,7 +124,32 @@ class _Body:
     def extern(self, step: Extern) -> None:
         self.flush()
         node = self.graph[step.node]
-        self.line(extern_line(node), {step.node, *node.inputs()})
+        rename = self.aligned_mask(node)
+        self.line(extern_line(node, rename), {step.node, *node.inputs(), *rename.values()})
+        read = self.graph.users(step.node) or step.node in self.graph.outputs
+        if isinstance(node.meta, TensorMeta) and read:  # the real layout may not be the meta kernel's
+            self.runtime_names.add("conform")
+            self.line(conform_line(node), {step.node})
+
+    def aligned_mask(self, node) -> dict[str, str]:
+        """For an SDPA call on a GPU whose attention mask is laid out as its kernels refuse (an
+        input, an ATen result or an output: a mask a kernel writes is allocated aligned, fusion.py),
+        the line that copies the mask into an aligned layout; {mask: its copy's name}."""
+        mask = attention_mask(node)
+        if mask is None or self.graph[mask].meta.device.type == "cpu":
+            return {}
+        meta = self.graph[mask].meta
+        padded = mask_strides(meta.shape, self.plan.strides.get(mask, meta.stride))
+        if padded is None:
+            return {}
+        copy = next(
+            n
+            for n in (f"{mask}_aligned{k or ''}" for k in range(len(self.graph.order) + 1))
+            if n not in self.graph.nodes
+        )
+        self.runtime_names.add("aligned")
+        self.line(f"{copy} = aligned({mask}, {padded})", {mask, copy})
+        return {mask: copy}
 
     def kernel(self, at: int, step: Kernel) -> None:
         source = WRITERS[type(step)](self.plan, step) if self.graph[step.stores[0]].meta.numel else None

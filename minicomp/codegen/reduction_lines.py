@@ -114,14 +114,14 @@ class ReductionLines:
         ]
 
     def _operand(self, r, operand: ops.Value) -> str:
-        if r.acc == torch.int8:  # any / all: reduce x != 0
+        if r.truth:  # any / all: reduce x != 0 (an int8 amax or sum(dtype=int8) reduces values)
             return f"({ops.cast(operand, torch.bool)}).to(tl.int8)"
         return ops.cast(operand, r.acc)
 
     def _finish(self, r, reduced: str) -> str:
         if r.divide != 1:
             return f"{reduced} / {r.divide}.0"
-        if r.acc == torch.int8:
+        if r.truth:
             return f"({reduced} != 0)"
         return reduced
 
@@ -149,4 +149,4 @@ class ReductionLines:
 
 
 def result_dtype(r) -> torch.dtype:
-    return torch.bool if r.acc == torch.int8 else r.acc
+    return torch.bool if r.truth else r.acc

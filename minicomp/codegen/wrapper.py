@@ -3,6 +3,7 @@ their arguments as literals, and the `del` of each buffer after its last use."""
 
 from __future__ import annotations
 
+import copy
 import operator
 import re
 
@@ -44,8 +45,12 @@ def doc_line(line: str) -> str:
 METHODS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.unsqueeze.default": "unsqueeze"}
 
 
-def extern_line(node) -> str:
-    """The line of `call` that runs extern node `node` through ATen."""
+def extern_line(node, rename: dict[str, str] | None = None) -> str:
+    """The line of `call` that runs extern node `node` through ATen (`rename`: values passed
+    under another local's name, as an attention mask copied into the layout SDPA needs)."""
+    if rename:
+        node = copy.copy(node)
+        node.args, node.kwargs = _renamed(node.args, rename), _renamed(node.kwargs, rename)
     if node.target is operator.getitem:
         return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
     method = METHODS.get(str(node.target))
@@ -60,6 +65,28 @@ def extern_line(node) -> str:
         raise NotImplementedError(f"cannot call {call!r} from generated code")
     args = [render_arg(a) for a in node.args] + [f"{k}={render_arg(v)}" for k, v in node.kwargs.items()]
     return f"{node.name} = {call}({', '.join(args)})"
+
+
+def _renamed(value, rename: dict[str, str]):
+    if isinstance(value, Ref):
+        return Ref(rename.get(value.name, value.name))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_renamed(v, rename) for v in value)
+    if isinstance(value, dict):
+        return {k: _renamed(v, rename) for k, v in value.items()}
+    return value
+
+
+def conform_line(node) -> str:
+    """The line after extern node `node` that holds its real output to the shape and strides the
+    plan read from its meta kernel (runtime/externs.py): a tuple comparison, a copy when they differ."""
+    name, meta = node.name, node.meta
+    layout = f"({tuple(meta.shape)}, {tuple(meta.stride)})"
+    if node.target is operator.getitem and isinstance(node.args[0], Ref):
+        op = f"{node.args[0].name}[{node.args[1]!r}]"
+    else:
+        op = str(node.target)
+    return f"if ({name}.shape, {name}.stride()) != {layout}: {name} = conform({name}, *{layout}, {op!r})"
 
 
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")

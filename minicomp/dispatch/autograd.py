@@ -20,10 +20,12 @@ import contextlib
 from typing import TYPE_CHECKING
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.utils import _pytree as pytree
 
-from minicomp import capture, config, guards
-from minicomp.dispatch.training_call import LeanCall, simple_first_call
+from minicomp import capture, config, guards, runtime
+from minicomp.dispatch import fallback
+from minicomp.dispatch.training_call import LeanCall, eager_backward, simple_first_call
 
 if TYPE_CHECKING:
     from minicomp.codegen.families import Families
@@ -75,7 +77,16 @@ def input_layouts(forward: torch.fx.GraphModule) -> list[tuple[int, ...] | None]
 class TrainingEntry:
     """One signature whose inputs need gradients: an autograd.Function built by AOTAutograd."""
 
-    def __init__(self, fn, leaves, in_spec, name: str, input_names: list[str], families: Families | None = None):
+    def __init__(
+        self,
+        fn,
+        leaves,
+        in_spec,
+        name: str,
+        input_names: list[str],
+        families: Families | None = None,
+        policy: str | None = None,
+    ):
         self.tensor_slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
         self.forward: Compiled | None = None
         self.backward: Compiled | None = None
@@ -85,6 +96,7 @@ class TrainingEntry:
         self.lean: LeanCall | None = None  # once the backward is compiled (training_call.py)
         self.watched: list[torch.Tensor] = []  # tensors it closes over, checked per call (guards.grad_watched)
         flat_fn = self._flat(fn, leaves, in_spec)
+        self.policy = config.fallback(policy)  # a backward that does not compile runs as traced, by policy
         compile_forward, compile_backward = self._compilers(name, input_names, families)
 
         from functorch.compile import aot_function  # AOTAutograd loads all of torch._dynamo
@@ -109,7 +121,7 @@ class TrainingEntry:
                 values[slot] = t
             args, kwargs = pytree.tree_unflatten(values, in_spec)
             seen = capture.ClosedOver()
-            with seen:
+            with seen.refusing(), seen:
                 result = fn(*args, **kwargs)
             for slot, t in zip(self.tensor_slots, tensors):
                 if slot in grad_leaves and _data_mutated(t):
@@ -138,18 +150,30 @@ class TrainingEntry:
         def compile_backward(gm, example_inputs):
             with config.override(**settings):
                 saved = saved_activations(self.forward.fx, gm)
-                self.backward = compile_graph(
-                    gm,
-                    f"{name}_backward",
-                    families=families,
-                    freed_inputs=saved,
-                    output_layouts=input_layouts(self.forward.fx),
-                )
+                try:
+                    self.backward = compile_graph(
+                        gm,
+                        f"{name}_backward",
+                        families=families,
+                        freed_inputs=saved,
+                        output_layouts=input_layouts(self.forward.fx),
+                    )
+                except Exception as err:  # noqa: BLE001 - the backward runs as traced, by policy
+                    from functorch.compile import make_boxed_func
+
+                    fallback.handle(f"{name}_backward", err, self.policy, instead="Running its backward eagerly.")
+                    return make_boxed_func(gm.forward)
             return self.backward.boxed
 
         return compile_forward, compile_backward
 
     def __call__(self, fn, leaves, in_spec):
+        try:
+            return self._call(fn, leaves, in_spec)
+        except runtime.Reentered:  # called (a signal handler, __del__) while this thread interprets a kernel
+            return capture.call_eagerly(fn, leaves, in_spec)
+
+    def _call(self, fn, leaves, in_spec):
         tensors = [leaves[i] for i in self.tensor_slots]
         if self.watched and guards.constants_need_grad(self.watched):
             return capture.call_eagerly(fn, leaves, in_spec)  # a weight it closes over was unfrozen
@@ -159,25 +183,109 @@ class TrainingEntry:
             if _any_shared(tensors):
                 return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
+            eager = _eager_outputs(fn, leaves, in_spec, self.tensor_slots)
             with tangents_like_outputs(), _constants_allowed():  # AOTAutograd traces on this first call
-                outputs = self.function(*tensors)
+                outputs = NestedCall.apply(self, eager, *tensors)
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
             if simple_first_call(tensors, outputs, self.mutated):
                 self.simple = tuple(o.requires_grad for o in outputs)
         elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
             return capture.call_eagerly(fn, leaves, in_spec)
+        elif self.simple is not None and self.backward is not None and config.get("lean_training"):
+            eager = None if _draws_random(self.forward.fx) else _eager_outputs(fn, leaves, in_spec, self.tensor_slots)
+            self.lean = LeanCall.build(self.forward, self.backward, len(tensors), self.simple, eager)
+            self.simple = None  # decided
+            outputs = self.lean(tensors) if self.lean is not None else self.function(*tensors)
+        elif self.simple is not None and self.backward is None:  # no backward ran yet: maybe a double one
+            outputs = NestedCall.apply(self, _eager_outputs(fn, leaves, in_spec, self.tensor_slots), *tensors)
         else:
             outputs = self.function(*tensors)
-            if self.simple is not None and self.backward is not None and config.get("lean_training"):
-                self.lean = LeanCall.build(self.forward, self.backward, len(tensors), self.simple)
-                self.simple = None  # decided
         return self.outputs.assemble(outputs, leaves)
 
     @property
     def source(self) -> str:
         parts = [c.source for c in (self.forward, self.backward) if c is not None]
         return "\n\n# ---- backward ----\n\n".join(parts)
+
+
+class NestedCall(torch.autograd.Function):
+    """A training call before its backward is compiled (the first, which AOTAutograd traces and
+    compiles on, and those before a first plain backward): AOTAutograd's function run on detached
+    aliases of the inputs, inside a function whose backward runs AOTAutograd's (the compiled
+    backward) for a plain backward, and eager's for a backward that must itself be differentiable
+    (`create_graph=True`), which AOTAutograd's backward is not. Later calls run LeanFunction
+    (training_call.py), which does the same, or AOTAutograd's own."""
+
+    @staticmethod
+    def forward(ctx, entry: TrainingEntry, eager, *tensors):
+        inner = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
+        with torch.enable_grad():
+            outputs = entry.function(*inner)
+        ctx.entry, ctx.eager, ctx.inner, ctx.outputs = entry, eager, inner, outputs
+        ctx.save_for_backward(*tensors)  # after the call: the versions it left (a double backward only)
+        results = tuple(o.detach() for o in outputs)
+        ctx.mark_non_differentiable(*(r for r, o in zip(results, outputs) if not o.requires_grad))
+        return results
+
+    @staticmethod
+    def backward(ctx, *grads):
+        entry = ctx.entry
+        # create_graph=True: the compiled backward is not differentiable; eager's is, where recomputing
+        # the outputs changes nothing (no input written, no random numbers drawn)
+        if torch.is_grad_enabled():
+            eager = None if entry.mutated or _draws_random(entry.forward.fx) else ctx.eager
+            differentiable = tuple(o.requires_grad for o in ctx.outputs)
+            return (None, None, *eager_backward(eager, differentiable, ctx.saved_tensors, grads))
+        return _nested_backward(ctx, *grads)
+
+
+@once_differentiable
+def _nested_backward(ctx, *grads):
+    """NestedCall's backward: AOTAutograd's, through the graph its forward recorded."""
+    outputs, inner = ctx.outputs, ctx.inner
+    pairs = [(o, g) for o, g in zip(outputs, grads) if o.requires_grad and g is not None]
+    wanted = [i for i, t in enumerate(inner) if t.requires_grad]
+    result = [None] * len(inner)
+    if pairs and wanted:
+        found = torch.autograd.grad(
+            [o for o, _ in pairs],
+            [inner[i] for i in wanted],
+            [g for _, g in pairs],
+            allow_unused=True,
+            retain_graph=True,  # freed with this node: a retain_graph=True backward may run again
+        )
+        for i, g in zip(wanted, found):
+            result[i] = g
+    return (None, None, *result)
+
+
+def _eager_outputs(fn, leaves, in_spec, tensor_slots):
+    """fn over its tensor arguments, run eagerly, returning the tensors of its result in the
+    order the forward graph returns them (`_graph_outputs`): a lean call's double backward."""
+    constants = [None if isinstance(v, torch.Tensor) else v for v in leaves]
+
+    def eager(tensors):
+        values = list(constants)
+        for slot, t in zip(tensor_slots, tensors):
+            values[slot] = t
+        args, kwargs = pytree.tree_unflatten(values, in_spec if not isinstance(in_spec, int) else _spec(in_spec))
+        out_leaves, _ = capture.flatten_outputs(fn(*args, **kwargs))
+        return [o for o in out_leaves if isinstance(o, torch.Tensor)]
+
+    return eager
+
+
+def _draws_random(gm: torch.fx.GraphModule) -> bool:
+    """Whether a graph draws random numbers (dropout): an eager recomputation would draw others."""
+    return any(
+        isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
+        for n in gm.graph.nodes
+    )
+
+
+def _spec(count: int):
+    return pytree.tree_flatten((tuple(range(count)), {}))[1]
 
 
 def _graph_outputs(result) -> tuple[capture.Outputs, list[torch.Tensor]]:

@@ -25,7 +25,7 @@ import itertools
 import torch
 from functorch.compile import make_boxed_func
 
-from minicomp import capture, config
+from minicomp import capture, config, runtime
 from minicomp.capture import specialize
 from minicomp.codegen.families import Families
 from minicomp.dispatch import fallback
@@ -53,18 +53,65 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict):
 
             def compile_static(static: torch.fx.GraphModule, input_names: list[str]):
                 with config.override(**settings):
-                    return compile_graph(static, name, input_names, families=families, freed_inputs=saved).boxed
+                    compiled = compile_graph(static, name, input_names, families=families, freed_inputs=saved)
+                return _eager_when_reentered(compiled.boxed, compiled, static)
 
             return specialize.Specializing(gm, compile_static, fail)
         layouts = input_layouts(forward["gm"]) if backward else None
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
-                return compile_graph(gm, name, families=families, freed_inputs=saved, output_layouts=layouts).boxed
+                compiled = compile_graph(gm, name, families=families, freed_inputs=saved, output_layouts=layouts)
+            return _eager_when_reentered(_checked_first_call(compiled, gm, fail), compiled, gm)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fail(err)
             return make_boxed_func(gm.forward)
 
     return compile_fn
+
+
+def _checked_first_call(compiled, gm: torch.fx.GraphModule, fail):
+    """`compiled.boxed`, whose first call runs the graph as Dynamo captured it when an extern
+    call's real output has another shape than its meta kernel said (runtime/externs.py): the
+    generated code raises ExternMismatch before it writes anything. A module without extern
+    calls is returned as it is; later calls of one with them cost a Python call more."""
+    boxed = compiled.boxed
+    if "conform(" not in compiled.source:
+        return boxed
+    eager = None  # the captured graph, once a first call found a mismatch
+    first = True
+
+    def run(args):
+        nonlocal eager, first
+        if not first:
+            return boxed(args) if eager is None else eager(args)
+        first, kept = False, list(args)  # `boxed` empties the list
+        try:
+            return boxed(args)
+        except runtime.ExternMismatch as err:
+            fail(err)
+            eager = make_boxed_func(gm.forward)
+            return eager(kept)
+
+    run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
+    return run
+
+
+def _eager_when_reentered(boxed, compiled, gm: torch.fx.GraphModule):
+    """`boxed`, which runs the graph as Dynamo captured it when it is called (from a signal handler,
+    a GC callback, a `__del__`) while this thread interprets another kernel (runtime.Reentered,
+    raised before anything is written). Only a module of Triton's interpreter (CPU) is wrapped."""
+    if not compiled.interpret:
+        return boxed
+
+    def run(args):
+        kept = list(args)  # `boxed` empties the list
+        try:
+            return boxed(args)
+        except runtime.Reentered:
+            return gm.forward(*kept)
+
+    run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
+    return run
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):

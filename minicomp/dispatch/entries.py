@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils import _pytree as pytree
 
-from minicomp import capture, guards, logs
+from minicomp import capture, guards, logs, runtime
 
 if TYPE_CHECKING:
     from minicomp.pipeline import Compiled
@@ -43,6 +43,7 @@ class Entry:
         self.unflatten = _unflattener(outputs.spec) if outputs.simple else None
         self.mutated = list(mutated)  # argument slots the module writes into
         self.compiled = compiled
+        self.ran = False  # its first call returned (function.py): a later ExternMismatch runs a call eagerly
         self.watched = watched or []  # tensor constants whose requires_grad each call checks (guards.grad_watched)
 
     def __call__(self, fn, leaves, in_spec):
@@ -54,7 +55,15 @@ class Entry:
         if self.watched and guards.constants_need_grad(self.watched):
             logs.recompiles.info("a tensor the function closes over now requires grad: this call runs eagerly")
             return EagerEntry()(fn, leaves, in_spec)
-        outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
+        try:
+            outputs = self.call(*(leaves if self.slots is None else [leaves[i] for i in self.slots]))
+        except runtime.ExternMismatch as err:  # raised before any input is written (mutations go last)
+            if not self.ran:  # the first call: the fallback policy decides (function.py)
+                raise
+            logs.recompiles.info("%s: this call runs eagerly", err)
+            return EagerEntry()(fn, leaves, in_spec)
+        except runtime.Reentered:  # called (a signal handler, __del__) while this thread interprets a kernel
+            return EagerEntry()(fn, leaves, in_spec)
         if self.unflatten is not None:
             return self.unflatten(outputs)
         return self.outputs.assemble(outputs, leaves)

@@ -34,8 +34,22 @@ def describe(name: str, err: Exception) -> str:
             "an op's output shape depends on tensor values (nonzero, unique, masked indexing), "
             "which minicomp compiles only for static shapes. Keep that op outside the jitted function"
         )
+    elif "mutating a non-functional tensor with a functional tensor" in text:  # PyTorch's internal assert
+        why = (
+            "it writes in place into a tensor it closes over (or a view of one), which compiled code "
+            "would not repeat: pass that tensor as an argument, or keep the write outside the jitted function"
+        )
     elif isinstance(
-        err, (guards.Unguarded, guards.SideEffect, guards.ConstantNeedsGrad, guards.NumberFromValues, guards.GradHook)
+        err,
+        (
+            guards.Unguarded,
+            guards.SideEffect,
+            guards.ConstantNeedsGrad,
+            guards.NumberFromValues,
+            guards.GradHook,
+            guards.GradModeInside,
+            guards.ReadsValues,
+        ),
     ):
         why = text
     else:

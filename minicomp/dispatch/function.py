@@ -25,7 +25,7 @@ from minicomp.dispatch.autograd import TrainingEntry
 from minicomp.dispatch.entries import EagerEntry, Entry
 from minicomp.guards import fingerprint
 from minicomp.guards.context import FunctionContext, watch
-from minicomp.runtime import compile_pool
+from minicomp.runtime import compile_pool, launch
 
 if TYPE_CHECKING:
     from minicomp.codegen.families import Families
@@ -65,6 +65,21 @@ def _copy(value):
     return memory.as_strided(value.shape, value.stride()).requires_grad_(value.requires_grad)
 
 
+def _defaults_of(fn) -> tuple:
+    """A function's defaults, positional and keyword-only (a dict, which may change in place: copied)."""
+    kwdefaults = getattr(fn, "__kwdefaults__", None)
+    return getattr(fn, "__defaults__", None), None if kwdefaults is None else tuple(kwdefaults.items())
+
+
+def _same_defaults(a: tuple, b: tuple) -> bool:
+    (positional, keyword), (old_positional, old_keyword) = a, b
+    if positional is not old_positional or (keyword is None) != (old_keyword is None):
+        return False
+    return keyword is None or (
+        len(keyword) == len(old_keyword) and all(k == j and v is w for (k, v), (j, w) in zip(keyword, old_keyword))
+    )
+
+
 class JitFunction:
     """A function compiled by minicomp; call it like the original."""
 
@@ -83,13 +98,14 @@ class JitFunction:
         self.__name__ = name or _name_of(fn)
         self.signature = _signature(fn)
         self.params = list(self.signature.parameters) if self.signature is not None else []
+        self._defaults = _defaults_of(fn)  # what `signature` binds missing arguments to
         self._plain = self.signature is None or all(
             p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
         )
         self.context = context or FunctionContext(fn)
         # a plain function that reads no Python state (globals, cells) keys its calls by the arguments alone
         reads = self.context.reads
-        empty = isinstance(self.context, FunctionContext) and not (reads.places or reads.cells)
+        empty = isinstance(self.context, FunctionContext) and not len(reads)
         self._context_state = None if empty else self.context.state
         self.cache: dict[guards.SignatureKey, Entry | EagerEntry | TrainingEntry] = {}
         self.compiles = 0  # how many signatures were compiled (tests and `recompiles` logs read it)
@@ -127,6 +143,9 @@ class JitFunction:
                 return args, len(args)
         if self.signature is None:
             return pytree.tree_flatten((args, kwargs))
+        defaults = _defaults_of(self.fn)
+        if not _same_defaults(defaults, self._defaults):  # `fn.__defaults__ = ...` since: bind the new ones
+            self.signature, self._defaults = _signature(self.fn), defaults
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return pytree.tree_flatten((bound.args, bound.kwargs))
@@ -165,24 +184,36 @@ class JitFunction:
         key = guards.SignatureKey(*key)
         if guards.INSIDE_A_TRACE in key.leaves:  # a jitted function calling this one is being traced: be its code
             return capture.call_eagerly(self.fn, leaves, in_spec)
+        if launch.interpreting():  # called from a signal handler or __del__ while a kernel runs: compile later
+            return capture.call_eagerly(self.fn, leaves, in_spec)
+        failure = None
         with self._lock:
             entry = self.cache.get(key)
             if entry is None:
                 self._note_recompile(key)
-                failure = None
                 try:
                     entry = self._build(key, leaves, in_spec)
                     result = entry(self.fn, leaves, in_spec)
+                    entry.ran = True
                 except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
                     failure, entry = err, EagerEntry()
                     self._side_effects += isinstance(err, guards.SideEffect)
-                if failure is not None:
-                    # raises under fallback="raise": nothing is remembered
+                if failure is not None and self.fallback == "raise":  # raises: nothing is remembered
                     fallback.handle(self.__name__, failure, self.fallback, stacklevel=3)
                 self._remember(key, entry)
                 if failure is None:
                     return result
-        return entry(self.fn, leaves, in_spec)
+        if failure is None:
+            return entry(self.fn, leaves, in_spec)
+        try:
+            result = entry(self.fn, leaves, in_spec)
+        except Exception:  # the function fails as written (bool - bool): eager's error alone, no warning
+            with self._lock:
+                if self.cache.get(key) is entry:  # a later call tries again (and says why it runs eagerly)
+                    del self.cache[key]
+            raise
+        fallback.handle(self.__name__, failure, self.fallback, stacklevel=3)
+        return result
 
     def _remember(self, key: guards.SignatureKey, entry) -> None:
         if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
@@ -218,6 +249,7 @@ class JitFunction:
                 self.__name__,
                 [n for n, v in zip(names, leaves) if isinstance(v, torch.Tensor)],
                 self.families,
+                self.fallback,
             )
         stored_key = self._persistent_key(key)
         if stored_key is not None:

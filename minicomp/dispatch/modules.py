@@ -26,7 +26,7 @@ from torch.func import functional_call
 from minicomp import guards
 from minicomp.dispatch.function import JitFunction
 from minicomp.guards import fingerprint, reads
-from minicomp.guards.context import Held, changed_read
+from minicomp.guards.context import Held, _put_back, changed_read
 
 # nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
 _INTERNAL = {
@@ -59,7 +59,8 @@ class ModuleContext:
         self.module = module
         classes = {type(m) for m in module.modules() if not reads.is_library(type(m))}
         methods = [f for c in classes for k in c.__mro__ if not reads.is_library(k) for f in vars(k).values()]
-        self.reads = reads.Reads(*[f for f in methods if isinstance(f, types.FunctionType)])
+        functions = [f for f in methods if isinstance(f, types.FunctionType)]
+        self.reads = reads.Reads(*functions, classes=classes)  # `self.act` rebound on the class is seen
 
     def state(self) -> tuple:
         """Checked on every call: the training flags and plain attributes of every submodule, and
@@ -76,7 +77,7 @@ class ModuleContext:
     def split(self, state: tuple) -> tuple[tuple, tuple]:
         """(the submodules' keys, the values their methods read): a key on disk holds the first,
         the fingerprint (of_module: every class's methods and what they read) covers the second."""
-        count = len(state) - len(self.reads.places) - len(self.reads.cells)
+        count = len(state) - len(self.reads)
         return state[:count], state[count:]
 
     def fingerprint(self) -> str | None:
@@ -109,8 +110,7 @@ class ModuleContext:
 
     def restore(self, before) -> None:
         for m, attrs in before[0]:
-            vars(m).clear()
-            vars(m).update(attrs)
+            _put_back(vars(m), attrs)  # an attribute another thread set stays
         before[2].restore()
 
 

@@ -6,9 +6,11 @@ module, without tracing: `<cache>/entries/<key>.json` holds the module's file
 name and text hash, which arguments are tensors, which inputs the module
 mutates, and how the outputs are put together (capture.Outputs).
 
-Every read is checked: an entry that is unreadable, names anything but a plain
-module file of the cache, or whose module text no longer matches its hash
-(truncated, edited, half-written by a crashed process) is a miss; the caller
+Every read is checked: an entry that is unreadable, does not match the checksum
+of its whole content (tensor_slots swapped by a bad disk, an edit, another
+version: cache.read_record), names anything but a plain module file of the
+cache, or whose module text no longer matches its hash (truncated, edited,
+half-written by a crashed process) is a miss; the caller
 compiles again and overwrites it. Writes are atomic (write then rename). The
 directory itself is checked once per process (cache.py): one that others may
 write is never used, so an entry cannot be planted.
@@ -22,7 +24,6 @@ object's identity (function.py).
 from __future__ import annotations
 
 import hashlib
-import json
 
 from minicomp import logs, runtime
 from minicomp.capture import Outputs
@@ -51,18 +52,19 @@ def store(entry_key: str, source: str, name: str, interpret: bool, tensor_slots,
         mutated=list(mutated),
         outputs=encoded,
     )
-    cache.write_atomic(_path(entry_key), json.dumps(record))
+    cache.write_record(_path(entry_key), record)
 
 
 def load(entry_key: str):
     """(module, tensor_slots, mutated slots, Outputs) of a stored entry, or None if absent or damaged."""
     try:
         path = _path(entry_key)
-        text = cache.read_text(path)
-        if text is None:
+        if not cache.is_file(path):
             logs.cache.info("entry %s: miss", entry_key)
             return None
-        record = json.loads(text)
+        record = cache.read_record(path)
+        if record is None:
+            raise ValueError("it does not match its checksum")
         source = cache.read_text(cache.file("modules", record["module"]))
         if source is None or runtime.source_hash(source) != record["sha"]:
             raise ValueError("module text is missing or does not match its hash")

@@ -15,7 +15,10 @@ later calls run `LeanFunction`: the forward's outputs past the user's are saved
 for (AOTAutograd's coercion), clears the context's saved tensors when the graph will not be
 used again (so the boxed backward frees each at its last use, as under AOTAutograd), and runs
 the compiled backward with autocast off, as AOTAutograd does (the graphs hold their casts).
-Anything else keeps AOTAutograd's function.
+Anything else keeps AOTAutograd's function. A backward with grad mode on (`create_graph=True`,
+a double backward) runs eager's instead: the outputs recomputed from the saved inputs, then
+differentiated with create_graph (`eager_backward`), as the compiled backward is not
+differentiable.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ class LeanCall:
     backward: object  # boxed([saved..., tangents...]) -> a gradient (or None) per input
     differentiable: tuple[bool, ...]  # per user output (first among the forward graph's): gets a tangent
     tangents: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # (shape, stride) traced per tangent
+    eager: object  # eager(inputs) -> the user's outputs, computed eagerly (a differentiable backward); None
+    # where the forward draws random numbers, which a recomputation would draw anew
 
     @staticmethod
-    def build(forward, backward, inputs: int, differentiable: tuple[bool, ...]) -> LeanCall | None:
+    def build(forward, backward, inputs: int, differentiable: tuple[bool, ...], eager) -> LeanCall | None:
         """The lean call for compiled `forward`/`backward` (pipeline.Compiled) of `inputs` tensors
         whose outputs require grad as `differentiable` says, or None where AOTAutograd must stay.
-        The caller has checked the first call (`simple_first_call`)."""
+        The caller has checked the first call (`simple_first_call`). `eager` recomputes the outputs
+        for a backward that must itself be differentiable (`create_graph=True`)."""
         fw_outs = _output_nodes(forward.fx)
         placeholders = [n for n in backward.fx.graph.nodes if n.op == "placeholder"]
         tangents = [n for n in placeholders if n.name.startswith("tangents")]
@@ -52,7 +58,7 @@ class LeanCall:
         ):
             return None
         layouts = tuple((tuple(n.meta["val"].shape), tuple(n.meta["val"].stride())) for n in tangents)
-        return LeanCall(forward.boxed, backward.boxed, differentiable, layouts)
+        return LeanCall(forward.boxed, backward.boxed, differentiable, layouts, eager)
 
     def __call__(self, tensors) -> tuple:
         return LeanFunction.apply(self, *tensors)
@@ -65,21 +71,69 @@ class LeanFunction(torch.autograd.Function):
         count = len(call.differentiable)
         outputs = tuple(results[:count])
         ctx.call = call
-        ctx.save_for_backward(*results[count:])
+        ctx.saved = len(results) - count
+        # for a double backward only: the inputs alive anyway (leaves: parameters, the caller's
+        # tensors), not intermediates, which would stay alive until the backward for it
+        ctx.save_for_backward(*results[count:], *(t if t.is_leaf else None for t in inputs))
         ctx.mark_non_differentiable(*(o for o, d in zip(outputs, call.differentiable) if not d))
         return outputs
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads):
         call = ctx.call
-        args = list(ctx.saved_tensors)
-        ctx.maybe_clear_saved_tensors()  # the list is then what holds them: freed at last use
-        layouts = iter(call.tangents)  # one per output that gets a tangent, in order
-        for grad, wanted in zip(grads, call.differentiable):
-            if wanted:
-                args.append(_laid_out(grad, *next(layouts)))
-        return (None, *_without_autocast(call.backward, args))
+        if torch.is_grad_enabled():  # create_graph=True: the compiled backward is not differentiable
+            return (None, *eager_backward(call.eager, call.differentiable, ctx.saved_tensors[ctx.saved :], grads))
+        return _compiled_backward(ctx, *grads)
+
+
+@once_differentiable
+def _compiled_backward(ctx, *grads):
+    call = ctx.call
+    args = list(ctx.saved_tensors[: ctx.saved])
+    ctx.maybe_clear_saved_tensors()  # the list is then what holds them: freed at last use
+    layouts = iter(call.tangents)  # one per output that gets a tangent, in order
+    for grad, wanted in zip(grads, call.differentiable):
+        if wanted:
+            args.append(_laid_out(grad, *next(layouts)))
+    return (None, *_without_autocast(call.backward, args))
+
+
+def eager_backward(eager, differentiable: tuple[bool, ...], inputs, grads) -> list:
+    """The inputs' gradients as eager computes them, differentiable: the outputs recomputed
+    eagerly from the inputs, then `torch.autograd.grad` with create_graph (a double backward).
+    `eager` is None where recomputing would not give the forward's values (it draws random
+    numbers, or writes into its inputs): refused, rather than gradients that lose their terms."""
+    if eager is None:
+        raise RuntimeError(
+            "minicomp cannot differentiate its compiled backward (create_graph=True) of a function that draws "
+            "random numbers or writes into its inputs: call that function eagerly where you need it"
+        )
+    if any(t is None for t in inputs):
+        raise RuntimeError(
+            "minicomp cannot differentiate its compiled backward (create_graph=True) here: an input is an "
+            "intermediate value it does not keep for a second backward. Call that function eagerly where "
+            "you need it, or pass leaf tensors"
+        )
+    with torch.enable_grad():
+        outputs = eager(list(inputs))
+    pairs = [
+        (o, g)
+        for o, g, d in zip(outputs, grads, differentiable)
+        if d and g is not None and isinstance(o, torch.Tensor) and o.requires_grad
+    ]
+    wanted = [i for i, t in enumerate(inputs) if t.requires_grad]
+    result = [None] * len(inputs)
+    if pairs and wanted:
+        found = torch.autograd.grad(
+            [o for o, _ in pairs],
+            [inputs[i] for i in wanted],
+            [g for _, g in pairs],
+            create_graph=True,
+            allow_unused=True,
+        )
+        for i, g in zip(wanted, found):
+            result[i] = g
+    return result
 
 
 def _without_autocast(graph, args: list):

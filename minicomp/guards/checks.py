@@ -90,3 +90,23 @@ class SideEffect(RuntimeError):
 
 class Unguarded(RuntimeError):
     """An argument minicomp cannot watch for changes (an `Unguardable` leaf)."""
+
+
+class ReadsValues(RuntimeError):
+    """The function reads tensor values into Python (`int(t)`, `.item()`, `bool(t)`, `.tolist()`,
+    `.numpy()`): a trace has no values to give it, and a number it read would be baked in."""
+
+
+class TraceStopped(BaseException):  # noqa: N818 - not an error of the user's: the trace stops
+    """Raised inside the function being traced where the trace cannot go on (a value read, an op
+    only make_fx can follow): a BaseException, so that the function's own `except Exception` or
+    `except IndexError` does not catch it and the except branch is not traced as the normal path.
+    `refusal` is what the tracer raises once out of the function (capture/tracing.py)."""
+
+    def __init__(self, refusal: Exception):
+        super().__init__(str(refusal))
+        self.refusal = refusal
+
+
+class GradModeInside(RuntimeError):
+    """A function called under no_grad turns grad mode on for a tensor that requires grad."""

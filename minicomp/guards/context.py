@@ -12,6 +12,8 @@ eagerly, so the change happens once per call, as in eager.
 from __future__ import annotations
 
 import operator
+import sys
+import threading
 import types
 
 from minicomp import guards
@@ -20,6 +22,8 @@ from minicomp.guards import SideEffect, reads, state_key
 
 def _fixed(value) -> bool:
     """A value whose key cannot change while it is the same object."""
+    if type(value) is tuple:  # a function's defaults
+        return all(type(item) in guards.PLAIN for item in value)
     return type(value) in guards.PLAIN or value is reads.MISSING or isinstance(value, guards.SAME_OBJECT)
 
 
@@ -64,7 +68,9 @@ class FunctionContext:
         self.globals = getattr(fn, "__globals__", {}) if code is not None else {}
         self.names = sorted(reads.code_names(code)) if code is not None else []
         self.owner = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
-        self.reads = reads.Reads(fn)
+        # a bound method's class: what `self.helper(x)` looks up (the caller binds fn's own defaults)
+        classes = (type(self.owner),) if self.owner is not None else ()
+        self.reads = reads.Reads(fn, classes=classes, bound=fn)
         self._last: tuple[list, tuple | None] = ([], None)  # values whose key is their identity, and that key
 
     def state(self) -> tuple:
@@ -94,6 +100,7 @@ class FunctionContext:
 
     def changed(self, before) -> str | None:
         values, attrs, held = before
+        held.stop()
         for name in self.names:
             if name in self.globals and (name not in values or values[name] is not self.globals[name]):
                 return f"the global {name!r}"
@@ -106,15 +113,22 @@ class FunctionContext:
 
     def restore(self, before) -> None:
         values, attrs, held = before
-        for name in self.names:
-            if name in values:
-                self.globals[name] = values[name]
-            else:
-                self.globals.pop(name, None)
+        _put_back(self.globals, values, self.names)
         if attrs is not None:
-            vars(self.owner).clear()
-            vars(self.owner).update(attrs)
+            _put_back(vars(self.owner), attrs)
         held.restore()
+
+
+def _put_back(entries: dict, before: dict, names=None) -> None:
+    """Each of `names` (all of both dicts') whose entry is not the object it was `before` put back
+    (one `before` lacks: removed); the others are left as they are (another thread's)."""
+    for name in set(before) | set(entries) if names is None else names:
+        old = before.get(name, _put_back)
+        if entries.get(name, _put_back) is not old:
+            if old is _put_back:
+                entries.pop(name, None)
+            else:
+                entries[name] = old
 
 
 class Held:
@@ -126,21 +140,101 @@ class Held:
     def __init__(self, named_values):
         self.held = [(name, value, _contents(value)) for name, value in named_values]
         self.held = [entry for entry in self.held if entry[2] is not None]
+        self.writes = _Writes.start(self.held)
+
+    def stop(self) -> None:
+        if self.writes is not None:
+            self.writes.stop()
 
     def changed(self) -> str | None:
+        self.stop()
         for name, value, contents in self.held:
-            if not _same_contents(value, contents):
+            if not _same_contents(value, contents) and (self.writes is None or self.writes.by_trace(value, contents)):
                 return f"what {name} holds"
         return None
 
     def restore(self) -> None:
+        self.stop()
         for _, value, contents in self.held:
-            if isinstance(value, list):
+            if self.writes is not None and isinstance(value, list) and _appended_to(value, contents):
+                self.writes.undo_appends(value)  # another thread's appends stay
+            elif self.writes is not None and not self.writes.by_trace(value, contents):
+                continue  # another thread's change
+            elif isinstance(value, list):
                 value[:] = contents
             else:
                 entries = value if isinstance(value, (dict, set)) else vars(value)
                 entries.clear()
                 entries.update(contents)
+
+
+class _Writes:
+    """The calls the tracing thread makes to a held list's, dict's or set's own methods
+    (`LOG.append(y)`, `CACHE.update(...)`), recorded with sys.setprofile (this thread alone) while
+    other threads run: what changed and was not the trace's, another thread's append to a list
+    the function reads, is neither a side effect of the trace nor put back. A list's trace
+    appends are undone one by one; what other threads appended stays."""
+
+    def __init__(self, held):
+        self.ids = {id(value) for _, value, _ in held if isinstance(value, (list, dict, set))}
+        self.touched: set[int] = set()  # containers the trace called a method of, other than append/extend
+        self.appended: dict[int, list] = {}  # a list's id -> the items the trace appended
+        self._pending: list = []
+        self._thread = threading.get_ident()
+
+    @classmethod
+    def start(cls, held):
+        """Recording, where another thread may change what the trace holds; None where there is
+        none (or a profiler is set: what it records stays its own, as before)."""
+        if threading.active_count() < 2 or sys.getprofile() is not None:
+            return None
+        writes = cls(held)
+        if not writes.ids:
+            return None
+        sys.setprofile(writes._event)
+        return writes
+
+    def stop(self) -> None:
+        if threading.get_ident() == self._thread and sys.getprofile() == self._event:
+            sys.setprofile(None)
+
+    def _event(self, frame, event, arg) -> None:
+        if event == "c_call":
+            owner = getattr(arg, "__self__", None)
+            if id(owner) in self.ids:
+                name = arg.__name__
+                if name in ("append", "extend") and isinstance(owner, list):
+                    self._pending.append((owner, len(owner)))
+                elif name not in _READING_METHODS:
+                    self.touched.add(id(owner))
+        elif event == "c_return" and self._pending:
+            owner = getattr(arg, "__self__", None)
+            if self._pending[-1][0] is owner:
+                owner, start = self._pending.pop()
+                items = owner[-1:] if arg.__name__ == "append" else owner[start:]
+                self.appended.setdefault(id(owner), []).extend(items)
+
+    def by_trace(self, value, contents) -> bool:
+        """Whether the trace may have made the change to `value` (dicts, sets, objects: written by
+        `d[k] = v` or `obj.n += 1`, which no call shows, so any change counts)."""
+        if isinstance(value, list) and _appended_to(value, contents):
+            return id(value) in self.appended or id(value) in self.touched
+        return not isinstance(value, (list, set)) or id(value) in self.touched or id(value) in self.appended
+
+    def undo_appends(self, value: list) -> None:
+        for item in reversed(self.appended.get(id(value), [])):
+            for i in range(len(value) - 1, -1, -1):
+                if value[i] is item:
+                    del value[i]
+                    break
+
+
+_READING_METHODS = frozenset({"copy", "count", "index", "get", "keys", "values", "items", "__contains__", "__len__"})
+
+
+def _appended_to(value: list, contents: list) -> bool:
+    """`value` is `contents` with items after them (only appends since)."""
+    return len(value) >= len(contents) and all(a is b for a, b in zip(value, contents))
 
 
 def _contents(value):

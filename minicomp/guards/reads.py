@@ -10,6 +10,10 @@ function's values come from, once per trace:
   * the same, recursively, for the user functions it names or closes over
     (`helper(x)` reading `EPS`), and each attribute a user module it names may
     provide (`cfg.SCALE`);
+  * the default arguments of those helpers (`helper(x)` with `k=2.0`): not those of the
+    function whose arguments the caller binds (`bound`: its defaults are in the arguments);
+  * for `classes` (a bound method's, a module's), their methods' reads and each class
+    attribute the code may look up through `self` (`self.act(x)`: `Cls.act` rebound is seen);
 
 and `values()` reads them all again (a dict lookup each), for the key a call
 checks (key.py `state_key`). Library functions and modules (torch, math,
@@ -18,6 +22,7 @@ checks (key.py `state_key`). Library functions and modules (torch, math,
 
 from __future__ import annotations
 
+import functools
 import operator
 import types
 
@@ -55,12 +60,21 @@ def cell_contents(cell):
 class Reads:
     """Where the Python values a function reads live: (namespace, name) pairs and closure cells."""
 
-    def __init__(self, *fns):
+    def __init__(self, *fns, classes=(), bound=None):
         self.places: list[tuple[dict, str]] = []
         self.cells: list = []
+        self.more: list[tuple[str, object]] = []  # (what, a getter): class attributes, defaults
+        self._bound, self._used = bound, set()  # the code names of every function walked
         seen: set[int] = set()
-        for fn in fns:
+        classes = [k for cls in classes for k in cls.__mro__ if k is not object and not is_library(k)]
+        methods = [m for k in classes for m in vars(k).values()]
+        methods = [getattr(m, "__func__", m) for m in methods]  # staticmethod, classmethod
+        for fn in list(fns) + [m for m in methods if isinstance(m, types.FunctionType)]:
             self._walk(fn, seen, 0)
+        for name in sorted(self._used & {name for k in classes for name in vars(k)}):
+            for k in dict.fromkeys(classes):
+                getter = functools.partial(vars(k).get, name, MISSING)
+                self.more.append((f"the class attribute {k.__qualname__}.{name}", getter))
         unique = {(id(space), name): (space, name) for space, name in self.places}
         self.places = list(unique.values())
         # `values` reads them with map over these (no Python frame per value)
@@ -73,6 +87,12 @@ class Reads:
             return
         seen.add(id(fn))
         names, space = code_names(code), fn.__globals__
+        self._used |= names
+        if fn is not self._bound and getattr(fn, "__func__", fn) is not getattr(self._bound, "__func__", self._bound):
+            for attribute in ("__defaults__", "__kwdefaults__"):
+                if getattr(fn, attribute, None) is not None:
+                    getter = functools.partial(getattr, fn, attribute)
+                    self.more.append((f"the {attribute.strip('_')} of {fn.__qualname__}", getter))
         for cell in fn.__closure__ or ():
             self.cells.append(cell)
             self._follow(cell_contents(cell), names, seen, depth)
@@ -93,7 +113,10 @@ class Reads:
     def names(self) -> list[str]:
         """What each of `values` is, in words."""
         cells = [f"a cell it closes over ({cell_contents(c).__class__.__name__})" for c in self.cells]
-        return [f"the global {name!r}" for _, name in self.places] + cells
+        return [f"the global {name!r}" for _, name in self.places] + cells + [what for what, _ in self.more]
+
+    def __len__(self) -> int:
+        return len(self.places) + len(self.cells) + len(self.more)
 
     def values(self) -> list:
         """The values now, in order (MISSING where a name is gone or a cell is empty)."""
@@ -103,4 +126,6 @@ class Reads:
                 values += map(_CONTENTS, self.cells)
             except ValueError:  # an empty cell
                 values = values[: len(self.places)] + [cell_contents(cell) for cell in self.cells]
+        if self.more:
+            values += [get() for _, get in self.more]
         return values

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from minicomp.ir import TensorMeta
+import torch
+
+from minicomp.ir import Ref, TensorMeta
 from minicomp.lowering.indexing import contiguous_strides
 
 
@@ -44,3 +46,45 @@ def is_dense(shape, stride) -> bool:
             return False
         expected *= shape[d]
     return True
+
+
+# SDPA's attention-mask argument: its memory-efficient kernel on CUDA needs the mask's last dim
+# contiguous and every other stride a multiple of 8 elements ("attn_bias is not correctly
+# aligned"), as Inductor's sdpa_constraint provides (attention.cpp `preprocess_mask`)
+MASK_ARGUMENTS = ("attn_bias", "attn_mask")
+MASK_ALIGNMENT = 8
+
+
+def attention_mask(node) -> str | None:
+    """The value an ATen call takes as its attention mask (SDPA and its flash, efficient, cudnn
+    and CPU kernels), or None."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    for i, argument in enumerate(target._schema.arguments):
+        if argument.name in MASK_ARGUMENTS:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+            return value.name if isinstance(value, Ref) else None
+    return None
+
+
+def mask_strides(shape, stride) -> tuple[int, ...] | None:
+    """Strides for an attention mask of `shape` laid out with `stride` that SDPA's kernels take:
+    None when `stride` already serves (last dim contiguous, the others multiples of 8), else a
+    row stride padded to 8 elements, Inductor's layout (an expanded dim stays expanded when
+    the stride inside it is aligned)."""
+    ndim = len(shape)
+    if ndim < 2 or not all(shape):
+        return None
+    if (stride[-1] == 1 or shape[-1] <= 1) and all(st % MASK_ALIGNMENT == 0 for st in stride[:-1]):
+        return None
+    out = [0] * ndim
+    out[-1], step = 1, 1
+    for d in range(ndim - 2, -1, -1):
+        if out[d + 1] != 0:
+            step *= shape[d + 1]
+        if stride[d] == 0 and out[d + 1] % MASK_ALIGNMENT == 0:
+            continue  # expanded, and may stay so
+        step = -(-step // MASK_ALIGNMENT) * MASK_ALIGNMENT
+        out[d] = step
+    return tuple(out)

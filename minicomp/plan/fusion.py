@@ -43,7 +43,7 @@ import math
 from dataclasses import replace
 
 from minicomp.ir import Graph
-from minicomp.lowering.layout import output_strides
+from minicomp.lowering.layout import attention_mask, mask_strides, output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
 from minicomp.plan import stages
@@ -65,8 +65,26 @@ def plan(graph: Graph) -> Plan:
         steps += [Extern(n, s) for n in graph.order if kinds[n] is NodeKind.EXTERN and stage[n] == s]
         steps += [k for k in kernels if k.stage == s]
     strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
+    _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
     return Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
+
+
+def _aligned_masks(graph: Graph, steps: list, strides: dict[str, tuple[int, ...]]) -> None:
+    """An attention mask a kernel writes for SDPA is allocated the way SDPA's kernels need it
+    (layout.mask_strides: rows padded to 8 elements), unless the graph returns it (a caller, a
+    backward, reads its strides) or another ATen call reads it: the wrapper copies such a mask on a
+    GPU, and any other (codegen/module.py)."""
+    outputs = {o for o in graph.outputs if isinstance(o, str)}
+    externs = {step.node for step in steps if isinstance(step, Extern)}
+    for step in steps:
+        mask = attention_mask(graph[step.node]) if isinstance(step, Extern) else None
+        if mask not in strides or mask in outputs:
+            continue
+        # kernels read it with these strides; another ATen call (a view) would see the padding
+        if all(u not in externs or attention_mask(graph[u]) == mask for u in graph.users(mask)):
+            padded = mask_strides(graph[mask].meta.shape, strides[mask])
+            strides[mask] = padded or strides[mask]
 
 
 def _kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kernel]:

@@ -10,18 +10,26 @@ binding.py         a compiled kernel bound to its C launcher: the call path once
 compile_pool.py    the threads kernels compile in ahead of their first call
 loader.py          generated source -> a module in the cache directory, imported
 cache.py           the cache directory: private, verified, only its own files
+externs.py         an extern call's real output held to the planned layout (conform)
 interpreter_math.py  libdevice spelled for Triton's interpreter (CPU tensors)
+checks.py          device-side asserts in kernels (bounds, division by zero): raised as eager does
 """
 
-from minicomp.runtime.launch import Launch
+from minicomp.runtime.externs import ExternMismatch, aligned, conform
+from minicomp.runtime.launch import Launch, Reentered, interpreting
 from minicomp.runtime.launch_spec import CombinedLaunch, PointwiseLaunch, ReductionLaunch
 from minicomp.runtime.loader import forget_loaded, load, module_name, module_path, source_hash
 
 __all__ = [
     "CombinedLaunch",
+    "ExternMismatch",
     "Launch",
+    "aligned",
+    "conform",
     "PointwiseLaunch",
     "ReductionLaunch",
+    "Reentered",
+    "interpreting",
     "forget_loaded",
     "load",
     "module_name",

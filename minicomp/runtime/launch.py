@@ -18,10 +18,11 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import torch
 
 from minicomp import logs
-from minicomp.runtime import tuning
+from minicomp.runtime import checks, tuning
 from minicomp.runtime.ahead import Ahead
 from minicomp.runtime.binding import aligned_positions, bind
 from minicomp.runtime.launch_spec import LaunchSpec
@@ -29,7 +30,27 @@ from minicomp.runtime.records import Records, specializations
 
 # Triton's interpreter patches triton.language module-wide while a kernel runs: two threads
 # interpreting at once undo each other's patches ("Did you forget to add @triton.jit ?").
-_INTERPRETER_LOCK = threading.Lock()
+# Reentrant, so that a launch made on the thread that holds it (a signal handler, a GC callback
+# or a `__del__` that calls a jitted function while a kernel is interpreted) never deadlocks: it
+# raises Reentered instead, and its caller runs eagerly (the interpreter's state, such as the
+# program id, is global: a kernel interpreted inside another would change the outer one's).
+_INTERPRETER_LOCK = threading.RLock()
+_interpreting = [False]  # a kernel is being interpreted (by the thread that holds the lock)
+
+
+class Reentered(RuntimeError):
+    """A kernel was launched on the CPU while this thread interprets another one (from a signal
+    handler, a GC callback or a `__del__`): the jitted function runs eagerly instead."""
+
+
+def interpreting() -> bool:
+    """Is this thread inside an interpreted launch (so a jitted call it makes now must run eagerly)?"""
+    if not _INTERPRETER_LOCK.acquire(blocking=False):
+        return False  # another thread interprets: this one is not inside a launch
+    try:
+        return _interpreting[0]
+    finally:
+        _INTERPRETER_LOCK.release()
 
 
 class Launch:
@@ -54,8 +75,20 @@ class Launch:
             return fast(*args)
         if self.device.type == "cpu":  # the interpreter: nothing to keep
             block, warps = self.heuristic()
-            with _INTERPRETER_LOCK:
-                self.kernel[(self.grid(block),)](*args, **self.settings(block, warps))
+            try:
+                with _INTERPRETER_LOCK:
+                    if _interpreting[0]:
+                        raise Reentered(f"{self.name} was launched while this thread interprets another kernel")
+                    _interpreting[0] = True
+                    try:  # numpy computes masked-off lanes too (log of padding, 0/0): eager warns of none
+                        with np.errstate(all="ignore"):
+                            self.kernel[(self.grid(block),)](*args, **self.settings(block, warps))
+                    finally:
+                        _interpreting[0] = False
+            except Exception as error:  # a failed check (checks.py) raises as eager does
+                if (check := checks.failed(error)) is not None:
+                    raise check from None
+                raise
             return None
         return self._first_call(args)
 

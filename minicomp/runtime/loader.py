@@ -28,7 +28,7 @@ from minicomp import logs
 from minicomp.runtime import cache
 
 _loaded: dict[tuple[str, bool], types.ModuleType] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a signal handler may compile while this thread loads
 
 
 def source_hash(source: str) -> str:
@@ -50,7 +50,7 @@ def load(source: str, name: str, interpret: bool) -> types.ModuleType:
     key = (source_hash(source), interpret)
     with _lock:
         path = module_path(source, name)
-        if key in _loaded and path.is_file():  # a cleared cache gets the file back
+        if key in _loaded and cache.is_file(path):  # a cleared cache gets the file back
             return _loaded[key]
         on_disk = cache.read_text(path)
         if on_disk is None:
@@ -80,7 +80,10 @@ def _import(source: str, path: Path, interpret: bool) -> types.ModuleType:
         knobs.runtime.interpret = interpret
         exec(code, module.__dict__)  # noqa: S102 - minicomp's own generated text, verified above
     if interpret:
+        from minicomp.runtime import checks
         from minicomp.runtime.interpreter_math import libdevice
+
+        checks.enable()  # its kernels' device-side asserts (checks.py) run
 
         module.libdevice = libdevice
     sys.modules[mod_name] = module

@@ -13,7 +13,6 @@ name (its skeleton) and size: kernels of one skeleton and size share a choice.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import types
 
@@ -46,17 +45,16 @@ class Records:
                 signature=dict(compiled.src.signature),
                 constants=[[list(k), v] for k, v in compiled.src.constants.items()],
             )
-            cache.write_atomic(path, json.dumps(record))
+            cache.write_record(path, record)
         except (AttributeError, TypeError, ValueError, OSError) as err:  # not restorable: the JIT path stays
             logs.cache.info("%s: compiled kernel not remembered (%s)", self.name, err)
 
     def restore(self, path, aligned: set[int]):
         """The compiled kernel of an earlier process, or None (then Triton's JIT compiles or loads it)."""
         try:
-            text = cache.read_text(path)
-            if text is None:
+            record = cache.read_record(path)  # checksummed: a changed record is a miss
+            if record is None:
                 return None
-            record = json.loads(text)
             if not set(record["aligned"]) <= aligned:  # compiled for 16-byte aligned pointers these are not
                 return None
             from triton.compiler.compiler import CompiledKernel
@@ -82,9 +80,9 @@ class Records:
     def remembered_config(self, size: int) -> tuple[int, int] | None:
         path = self.tuning_path(size)
         try:
-            block, warps = valid_config(json.loads(cache.read_text(path) or "null")["config"])
+            block, warps = valid_config((cache.read_record(path) or {})["config"])
         except (ValueError, KeyError, TypeError) as err:
-            if path.exists():
+            if cache.is_file(path):
                 logs.cache.warning("tuning record %s is not usable (%s); measuring again", path.name, err)
             return None
         logs.cache.info("tuned launch config for %s from %s: %s x %s warps", self.name, path, block, warps)
@@ -92,7 +90,7 @@ class Records:
 
     def remember_config(self, size: int, best: tuple[int, int], times: dict[tuple[int, int], float]) -> None:
         record = {"config": list(best), "ms": {f"{b}x{w}": ms for (b, w), ms in times.items()}}
-        cache.write_atomic(self.tuning_path(size), json.dumps(record))
+        cache.write_record(self.tuning_path(size), record)
 
     # -- names --------------------------------------------------------------------
     def key(self, *parts, skeleton: bool = False) -> str:

@@ -92,6 +92,9 @@ class Op:
     choices: tuple = ()  # values {r} takes
 
 
+BITCASTS = ("torch.int32", "torch.int16", "torch.float32", "torch.float16", "torch.bfloat16")
+
+
 def _ops() -> list[Op]:
     p, v, r, i, e = "pointwise", "views", "reductions", "integer", "extern"
     return [
@@ -127,7 +130,13 @@ def _ops() -> list[Op]:
         Op(v, "torch.cat([{a}, {b}], dim=0)", arity=2),
         Op(v, "torch.stack([{a}, {a}], dim=-1)"),
         Op(v, "{a}.expand(2, *{a}.shape)"),
-        Op(v, "{a}.view({r})", choices=("torch.int32", "torch.int16", "torch.float32", "torch.bfloat16")),
+        # a bitcast turns a float's last-bit rounding into an integer difference: of inputs only
+        Op(
+            v,
+            "{a}.view({r})",
+            leaves_only=True,
+            choices=("torch.int32", "torch.int16", "torch.float32", "torch.bfloat16"),
+        ),
         Op(v, "{a}.contiguous()"),
         Op(r, "{a}.sum({r})", choices=("", "dim=0", "dim=-1, keepdim=True")),
         Op(r, "{a}.amax({r})", choices=("", "dim=0", "dim=-1")),

@@ -1,6 +1,5 @@
 """Issue: fast calls and compiles. Lean dispatch, the persistent cache, shapes, threads."""
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import minicomp
 from minicomp import capture, codegen, runtime
 from minicomp.__main__ import main as cli
 from minicomp.guards import fingerprint
+from minicomp.runtime import cache
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +109,7 @@ def test_damaged_cache_entries_are_rebuilt(tmp_path, damage):
     assert ok == "True" and traces == "1"  # compiled again...
     [[ok, traces, _]] = run_probe(tmp_path)
     assert ok == "True" and traces == "0"  # ...and the rebuilt entry serves the next process
-    assert json.loads(next((tmp_path / "entries").glob("*.json")).read_text())["sha"] == runtime.source_hash(
+    assert cache.read_record(next((tmp_path / "entries").glob("*.json")))["sha"] == runtime.source_hash(
         next((tmp_path / "modules").glob("*.py")).read_text()
     )
 
@@ -239,7 +239,7 @@ def test_large_kernels_are_tuned_once_and_remembered(tmp_path, monkeypatch):
     fn = minicomp.jit(lambda x: torch.relu(x) + 1)
     torch.testing.assert_close(fn(x), torch.relu(x) + 1)
     [record] = (tmp_path / "tuning").glob("*.json")
-    chosen = json.loads(record.read_text())["config"]
+    chosen = cache.read_record(record)["config"]  # checksummed records (runtime/cache.py)
     assert tuple(chosen) in config.get("launch_candidates")
     runtime.forget_loaded()
     again = minicomp.jit(lambda x: torch.relu(x) + 1)

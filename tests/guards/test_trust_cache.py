@@ -157,7 +157,7 @@ def test_cache_clear_removes_every_part_and_info_lists_them(tmp_path, monkeypatc
     monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path / "mc"))
     minicomp.jit(lambda x: x + 1)(torch.randn(3))
     (tmp_path / "mc" / "kernels").mkdir(exist_ok=True)
-    (tmp_path / "mc" / "kernels" / "k.json").write_text("{}")
+    (tmp_path / "mc" / "kernels" / f"mc_fused_add_0_{'0' * 20}.json").write_text("{}")
     assert cli(["cache", "info"]) == 0
     info = capsys.readouterr().out
     assert all(part in info for part in cache.PARTS)
@@ -182,7 +182,7 @@ def test_cache_clear_on_an_unwritable_dir_says_so_in_one_line(tmp_path, monkeypa
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr("shutil.rmtree", refuse)
+    monkeypatch.setattr("os.unlink", refuse)
     assert cli(["cache", "clear"]) == 1
     err = capsys.readouterr().err
     assert "Permission denied" in err and len(err.strip().splitlines()) == 1
@@ -223,9 +223,9 @@ def test_an_entry_pointing_outside_the_cache_is_not_followed(tmp_path):
     evil = tmp_path / "evil.py"
     evil.write_text(PLANTED.format(marker=str(marker)))
     entry = next((mc / "entries").glob("*.json"))
-    record = json.loads(entry.read_text())
+    record = cache.read_record(entry)
     record.update(module=str(evil), sha=runtime.source_hash(evil.read_text()))
-    entry.write_text(json.dumps(record))
+    cache.write_record(entry, record)  # its checksum matches: the name is what is refused
     assert run(PROBE, mc).stdout.split() == ["True", "1"]
     assert not marker.exists()
 

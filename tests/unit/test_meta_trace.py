@@ -143,9 +143,9 @@ def test_what_stand_ins_cannot_take_goes_to_make_fx(fn, why, caplog):
 
 def test_values_read_in_python_leave_the_standins_and_run_eagerly(caplog):
     x = torch.randn(4, 8)
-    with pytest.warns(UserWarning):
+    with pytest.warns(UserWarning, match="branches on tensor values"):
         result, refused = _compiles_on_standins_default(branch_on_values, x, caplog=caplog)
-    assert refused and "reads tensor values" in refused[0]
+    assert refused == []  # refused by both tracers: make_fx is not tried
     torch.testing.assert_close(result, branch_on_values(x))
 
 

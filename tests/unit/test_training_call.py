@@ -104,15 +104,22 @@ def test_retain_graph_backward_twice(device):
     assert jitted.entry(x).lean is not None
 
 
-def test_double_backward_is_refused_not_wrong(device):
-    jitted = minicomp.jit(lambda x: (x * x.sigmoid()).sum(), fallback="raise")
+def test_double_backward_is_eagers(device):
+    """The lean call's backward under create_graph=True runs eager's (differentiable) backward
+    (issue #37; tests/guards/test_trust_modes.py has the calls before it)."""
+
+    def fn(x):
+        return (x * x.sigmoid()).sum()
+
+    jitted = minicomp.jit(fn, fallback="raise")
     for _ in range(CALLS - 1):
         jitted(torch.randn(8, device=device, requires_grad=True)).backward()
     x = torch.randn(8, device=device, requires_grad=True)
     assert jitted.entry(x).lean is not None
     (g,) = torch.autograd.grad(jitted(x), x, create_graph=True)
-    with pytest.raises(RuntimeError):
-        torch.autograd.grad(g.sum(), x)
+    (gg,) = torch.autograd.grad(g.sum(), x)
+    (e,) = torch.autograd.grad(fn(x), x, create_graph=True)
+    torch.testing.assert_close(gg, torch.autograd.grad(e.sum(), x)[0])
 
 
 @pytest.mark.parametrize("case", ["alias", "mutation"])

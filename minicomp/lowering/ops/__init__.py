@@ -28,7 +28,7 @@ import torch
 
 from minicomp.ir import Graph, Node, TensorMeta, dtypes
 from minicomp.lowering.ops import pointwise, reductions, views  # noqa: F401  (registers the rules)
-from minicomp.lowering.ops.core import INDEXED, POINTWISE, SPECIAL_SUPPORT, VIEWS, Op, Value, bind, cast
+from minicomp.lowering.ops.core import INDEXED, POINTWISE, SPECIAL_SUPPORT, VIEWS, Op, Value, bind, bitcast, cast
 from minicomp.lowering.ops.reductions import REDUCERS, Reduction
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "Reduction",
     "Value",
     "bind",
+    "bitcast",
     "cast",
     "classify",
 ]

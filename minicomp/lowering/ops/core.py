@@ -11,6 +11,7 @@ import torch
 from minicomp.ir import Graph, Node, Ref, dtypes
 from minicomp.ir.dtypes import literal
 from minicomp.lowering.indexing import Expr, const
+from minicomp.runtime import checks
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Writer(Protocol):
     def value(self, name: str, index: tuple[Expr, ...], mask: tuple[str, ...]) -> Value: ...
     def temp(self, code: str, dtype: torch.dtype, hint: str) -> Value: ...
     def index_text(self, expr: Expr) -> str: ...
+    def load_mask(self, index: tuple[Expr, ...], mask: tuple[str, ...]) -> str: ...
     def compare(self, expr: Expr, relation: str, bound: int) -> str | bool: ...
 
 
@@ -70,6 +72,17 @@ def cast(v: Value, dtype: torch.dtype) -> str:
         # through int64, as eager converts (c10's cast to uint8): -1.5 -> 255, where Triton saturates to 0
         return f"{v.code}.to(tl.int64).to(tl.uint8)"
     return f"{v.code}.to({dtypes.triton_dtype(dtype)})"
+
+
+def bitcast(v: Value, source: torch.dtype, dtype: torch.dtype) -> str:
+    """Source of the bits of `v`, a value of `source` (held in its compute dtype), read as `dtype`
+    of the same size: `view(dtype)` reinterprets, it does not convert (float32 1.0 -> 1065353216)."""
+    if v.dtype is None:
+        code = f"tl.full([], {literal(v.py, source)}, {dtypes.triton_dtype(source)})"
+    else:
+        code = v.code if v.dtype == source else f"{v.code}.to({dtypes.triton_dtype(source)})"
+    code = f"{code}.to({dtypes.triton_dtype(dtype)}, bitcast=True)"
+    return f"{code}.to(tl.float32)" if dtype in dtypes.LOW_PRECISION else code
 
 
 def broadcast_index(index: tuple[Expr, ...], shape: tuple[int, ...]) -> tuple[Expr, ...]:
@@ -156,6 +169,18 @@ class Op:
         """`expr <relation> bound` for relation in >=, <, ==: True or False where the kernel
         text decides it (codegen/parts.py), else its source."""
         return self.writer.compare(expr, relation, bound)
+
+    def check(self, condition: str, error: str, index=None, mask=None) -> None:
+        """In a kernel for CPU tensors, a device-side assert that `condition` holds in every lane
+        of this node's value (or of the value at `index` under `mask`): where it fails, the call
+        raises `error` (runtime/checks.py), where eager raises (an index out of bounds, an integer
+        division by zero). A lane past the tensor's end is not checked. CUDA kernels carry none."""
+        if self.node.meta.device.type != "cpu":
+            return
+        lanes = self.writer.load_mask(self.index if index is None else index, self.mask if mask is None else mask)
+        where = f", mask={lanes}" if lanes else ""
+        message = f"{checks.PREFIX}{error}".replace('"', "'")
+        self.writer.temp(f'tl.device_assert({condition}, "{message}"{where})', torch.bool, f"{self.node.name}_check")
 
     def temp(self, code: str, dtype: torch.dtype | None = None) -> str:
         """A helper line `<node>_tmp = code` (for values a rule uses more than once)."""

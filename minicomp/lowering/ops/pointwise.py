@@ -216,12 +216,22 @@ def _erfc16(op: Op, x: str, scale: float) -> str:
     return f"tl.where({x} {'>=' if scale > 0 else '<='} 0, {r}, 2.0 - {r})"
 
 
+def _no_zero_divisor(op: Op, b: str) -> None:
+    """An integer division by zero raises in eager on the CPU ("ZeroDivisionError"), so it does here
+    (Op.check; a literal divisor is decided now). Eager's CUDA kernels return a value: none there."""
+    other = op.args["other"]
+    if op.compute.is_floating_point or (not isinstance(other, Ref) and op.scalar("other") != 0):
+        return
+    op.check(f"{b} != 0", "ZeroDivisionError")
+
+
 @pointwise("div")
 def div(op: Op) -> str:
     a, b = op.operand("self"), op.operand("other")
     mode = op.param("rounding_mode")
     if mode is None:
         return f"{a} / {b}"
+    _no_zero_divisor(op, b)
     if op.compute.is_floating_point:
         return f"tl.floor({a} / {b})" if mode == "floor" else f"libdevice.trunc({a} / {b})"
     if mode == "trunc":
@@ -238,13 +248,16 @@ def _int_floor_div(op: Op, a: str, b: str) -> str:
 @pointwise("remainder")
 def remainder(op: Op) -> str:
     a, b = op.temp(op.operand("self")), op.temp(op.operand("other"))
+    _no_zero_divisor(op, b)
     r = op.temp(f"{a} % {b}")  # C-style: sign of a; PyTorch wants the sign of b
     return f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})"
 
 
 @pointwise("fmod")
 def fmod(op: Op) -> str:
-    return f"{op.operand('self')} % {op.operand('other')}"
+    b = op.operand("other")
+    _no_zero_divisor(op, b)
+    return f"{op.operand('self')} % {b}"
 
 
 @pointwise("maximum", "minimum")

@@ -33,6 +33,7 @@ class Reduction:
     combine: str  # a key of COMBINES
     acc: torch.dtype  # the dtype partial results are held in
     divide: int = 1  # the result is the accumulated value / divide (mean)
+    truth: bool = False  # any / all: reduces `x != 0` (held in int8) and returns bool
 
 
 # combine -> (identity as Triton source for a dtype class, combine function of two accumulators).
@@ -91,7 +92,7 @@ def spec(node: Node, graph: Graph) -> Reduction:
     if name in ("amax", "amin"):
         return Reduction(source, dims, keepdim, "max" if name == "amax" else "min", dtypes.compute_dtype(out))
     if name in ("any", "all"):  # a max / min of `x != 0` held in int8
-        return Reduction(source, dims, keepdim, "max" if name == "any" else "min", torch.int8)
+        return Reduction(source, dims, keepdim, "max" if name == "any" else "min", torch.int8, truth=True)
     if name in ("argmax", "argmin"):
         return Reduction(source, dims, keepdim, name, dtypes.compute_dtype(src.dtype))
     raise KeyError(name)

@@ -114,6 +114,18 @@ def reshape(op: Op, index):
     return name, reshape_index(index, op.node.meta.shape, meta.shape)
 
 
+def _view_supported(node, graph) -> bool:
+    """view(dtype) lowers as a bitcast between dtypes of one size (not bool); one that changes the
+    last dim (float32 -> int16) is an ATen call."""
+    if node.target is not torch.ops.aten.view.dtype:
+        return True
+    was, now = graph[node.inputs()[0]].meta.dtype, node.meta.dtype
+    return was.itemsize == now.itemsize and torch.bool not in (was, now)
+
+
+SPECIAL_SUPPORT["view"] = _view_supported
+
+
 def reshape_index(index, out_shape, in_shape) -> tuple[Expr, ...]:
     """Index into `in_shape` of the element at `index` of the same data viewed as `out_shape`.
 
@@ -235,11 +247,16 @@ def constant_pad_nd(op: Op) -> str:
 def gather(op: Op) -> str:
     """input[..., index[i], ...] along `dim`: the index tensor is evaluated here and becomes a
     run-time atom of the input's index (cross-entropy's target logit, read in the same kernel
-    as the row's logsumexp). An index outside [0, size) reads 0 where eager raises: the load
-    is masked so that it never touches memory outside the input."""
+    as the row's logsumexp). An index outside [0, size) raises as in eager on the CPU (Op.check,
+    on the index before any narrowing: 2**32 + 1 is not 1); the load is masked so that it never
+    touches memory outside the input."""
     name, meta = _input(op)
     d = _dim(op.param("dim"), meta.ndim)
     where = op.value("index", index=op.index)
+    op.check(
+        f"({where.code} >= 0) & ({where.code} < {meta.shape[d]})",
+        f"index out of bounds for dimension {d} with size {meta.shape[d]} (gather, cross_entropy's target)",
+    )
     position = op.temp(cast(where, torch.int32 if meta.shape[d] < 2**31 else torch.int64), torch.int32)
     index = list(op.index)
     index[d] = Expr.of(Dyn(position, meta.shape[d], op.writer.is_full(op.index)))
@@ -253,8 +270,8 @@ def scatter(op: Op) -> str:
     tensor holds: out[..., j, ...] = src[..., 0, ...] where j == index[..., 0, ...], else
     self[..., j, ...]. Lowered for an index one long along `dim` (a one-hot: nll_loss's backward
     scatters -1 at each row's target into zeros), as a compare of the position with the index;
-    positions the index tensor does not cover keep `self`. An index outside [0, size) writes
-    nothing where eager raises."""
+    positions the index tensor does not cover keep `self`. An index outside [0, size) raises as
+    in eager on the CPU (Op.check)."""
     meta = op.node.meta
     d = _dim(op.param("dim"), meta.ndim)
     index_meta = op.graph[op.args["index"].name].meta
@@ -266,6 +283,12 @@ def scatter(op: Op) -> str:
     inside = () if covered is True else (op.temp(covered, torch.bool),)
     at = op.index[:d] + (const(0),) + op.index[d + 1 :]  # where index (and src) are read
     where = op.writer.value(op.args["index"].name, at, op.mask + inside)
+    op.check(
+        f"({where.code} >= 0) & ({where.code} < {meta.shape[d]})",
+        f"index out of bounds for dimension {d} with size {meta.shape[d]} (scatter, one_hot)",
+        index=at,
+        mask=op.mask + inside,
+    )
     hit = " & ".join([f"({op.writer.index_text(op.index[d])} == {where.code})", *inside])
     src = op.args.get("src")
     value = (

@@ -138,6 +138,7 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out0_ptr, out1_pt
     ne = target != -100  # aten.ne.Scalar
     scalar_tensor = tl.full([XBLOCK, 1], 0, tl.int64)  # aten.scalar_tensor.default
     where = tl.where(ne, target, scalar_tensor)  # aten.where.self
+    gather_check = tl.device_assert((where >= 0) & (where < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (gather, cross_entropy's target)", mask=xmask)
     gather_tmp = where.to(tl.int32)
     gather_tmp_1 = (gather_tmp >= 0) & (gather_tmp < 9000)
     logits_1 = tl.load(logits_ptr + (9000*x0 + gather_tmp), mask=xmask & gather_tmp_1, other=0)
@@ -340,6 +341,7 @@ def mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0(primals_2_ptr, tangents_
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = rindex < 9000
         r0 = rindex
+        scatter_check = tl.device_assert((where_2 >= 0) & (where_2 < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (scatter, one_hot)", mask=xmask)
         scatter_tmp = (r0 == where_2)
         full_like = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)  # aten.full_like.default
         scatter = tl.where(scatter_tmp, -1.0, full_like)  # aten.scatter.value
@@ -352,6 +354,7 @@ def mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0(primals_2_ptr, tangents_
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = rindex < 9000
         r0 = rindex
+        scatter_check_1 = tl.device_assert((where_2 >= 0) & (where_2 < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (scatter, one_hot)", mask=xmask)
         scatter_tmp_1 = (r0 == where_2)
         full_like_1 = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)  # aten.full_like.default
         scatter_1 = tl.where(scatter_tmp_1, -1.0, full_like_1)  # aten.scatter.value

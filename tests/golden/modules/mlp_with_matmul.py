@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from minicomp.runtime import Launch, PointwiseLaunch
+from minicomp.runtime import Launch, PointwiseLaunch, conform
 
 
 # kernel 0: mul, add, relu
@@ -88,6 +88,7 @@ def call_boxed(args):
     del x
     mm = torch.ops.aten.mm.default(relu, wt)
     del relu, wt
+    if (mm.shape, mm.stride()) != ((8, 32), (32, 1)): mm = conform(mm, *((8, 32), (32, 1)), 'aten.mm.default')
     sigmoid = torch.empty_strided((8, 32), (32, 1), dtype=torch.float32, device='cpu')
     launch_1(mm, b, sigmoid, 256)  # mc_fused_add_sigmoid_1
     del b, mm

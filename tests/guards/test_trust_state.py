@@ -1,0 +1,374 @@
+"""Issue #37, classes 8, 9, 11, 12: Python state a compile must not disturb or miss.
+
+8   threads: a compile undoes only what its own trace changed, never another thread's appends;
+9   the function's own try/except: a value read while tracing is not an exception it can catch;
+11  host reads: `.numpy()`, `.tolist()`, `__array__` of a traced tensor refuse the trace;
+12  staleness: a rebound class method, changed defaults, an argument aliasing a closed-over tensor
+    the function writes, and the first call's write into a global tensor (applied once).
+"""
+
+import functools
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import minicomp
+from minicomp.dispatch.entries import EagerEntry
+
+
+def quietly(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def dynamo(fn):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="minicomp")
+
+
+# -- 8. threads ----------------------------------------------------------------------------
+
+SHARED = []
+OWN = []
+
+
+class _Turns:
+    """The function hands a turn to the appending thread (which appends `burst` items) and waits
+    for it: another thread's appends land in the middle of every trace, deterministically."""
+
+    def __init__(self):
+        self.go, self.done, self.stop, self.count, self.target = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+            0,
+            None,
+        )
+
+    def take(self):
+        self.done.clear()
+        self.go.set()
+        self.done.wait(5)
+
+    def appender(self, burst=50):
+        while not self.stop.is_set():
+            if self.go.wait(0.01):
+                self.go.clear()
+                for _ in range(burst):
+                    self.target.append(-1)
+                    self.count += 1
+                self.done.set()
+
+
+TURNS = _Turns()
+TAKE_TURN = functools.partial(_Turns.take, TURNS)  # a partial: not a helper whose state is watched
+
+
+def reads_shared(x):
+    TAKE_TURN()
+    return x * (2 + 0 * len(SHARED))
+
+
+def appends_own(x):
+    OWN.append(x.shape[0])
+    TAKE_TURN()
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [reads_shared, appends_own], ids=["reads", "appends"])
+@pytest.mark.parametrize("module", [False, True], ids=["function", "module"])
+def test_a_compile_keeps_another_threads_appends(fn, module):
+    """Regression: a thread appending to a global list while a function reading (or appending to)
+    that list compiled lost its appends: the trace's snapshot of the list was put back over them
+    (of 324 appends, 256 were lost). A compile now undoes only what its own trace did."""
+    SHARED.clear()
+    OWN.clear()
+    TURNS.target, TURNS.count = (SHARED if fn is reads_shared else OWN), 0
+    TURNS.stop.clear()
+
+    class Wrap(nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    jitted = minicomp.jit(Wrap() if module else fn, fallback="silent")
+    x = torch.randn(8, 4)
+    thread = threading.Thread(target=TURNS.appender)
+    thread.start()
+    try:
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(jitted(x), x * 2)
+    finally:
+        TURNS.stop.set()
+        thread.join()
+    assert TURNS.count >= 150
+    assert TURNS.target.count(-1) == TURNS.count
+    if fn is appends_own:
+        assert OWN.count(8) == 3  # once per call, no trace's leftover
+
+
+# -- 9. the function's own try/except ---------------------------------------------------------
+
+
+def int_or_zero(x):
+    try:
+        n = int(x.sum())
+    except Exception:  # noqa: BLE001 - the user's own catch-all
+        return x * 0
+    return x + n
+
+
+def first_or_fallback(x, i):
+    try:
+        return x[i] * 2
+    except IndexError:
+        return x[0] * 3
+
+
+def select_or_fallback(x, i):
+    try:
+        return torch.index_select(x, 0, i) * 2
+    except (IndexError, RuntimeError):
+        return x[:1] * 3
+
+
+def indexes(x, i):
+    with torch.no_grad():  # a with block is no try of the function's
+        return x[i] * 2
+
+
+def bare_except(x):
+    try:
+        flag = bool((x > 0).all())
+    except:  # noqa: E722 - swallows anything, the trace's refusal too
+        flag = False
+    return x * 2 if flag else x * 3
+
+
+def masked_or_all(x):
+    try:
+        return x[x > 0].sum() + 0 * x.sum()
+    except Exception:  # noqa: BLE001
+        return x.sum() * 0
+
+
+@pytest.mark.parametrize("fn", [int_or_zero, bare_except, masked_or_all])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_a_value_read_inside_the_functions_try_is_not_its_except(fn, dtype, grad):
+    """Regression: `int(x.sum())` inside `try: ... except Exception` raised the tracer's refusal
+    (a stand-in has no values), the function caught it, and its except branch was compiled as
+    the normal path: every call returned `x * 0`. A value read while tracing now raises what no
+    `except Exception` catches, and one swallowed anyway (a bare except) still refuses."""
+    x = (torch.rand(4, 3, dtype=dtype) + 0.5).requires_grad_(grad)
+    jitted = minicomp.jit(fn, fallback="silent")
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x), fn(x))
+    assert all(isinstance(e, EagerEntry) for e in jitted.cache.values())
+
+
+@pytest.mark.parametrize("fn", [first_or_fallback, select_or_fallback])
+def test_an_index_error_the_function_catches_is_caught(fn):
+    """Regression: `x[i]` inside the function's own `try: ... except IndexError` compiled, and an
+    index out of range raised IndexError from the compiled code (eager's function caught it and
+    returned `x[0] * 3`). Indexing by tensor values inside the function's own try block runs
+    eagerly; outside one (or in a `with` block) it compiles."""
+    x = torch.randn(5, 3)
+    jitted = minicomp.jit(fn, fallback="silent")
+    for i in (torch.tensor([2]), torch.tensor([9]), torch.tensor([1])):
+        torch.testing.assert_close(jitted(x, i), fn(x, i))
+    plain = minicomp.jit(indexes)
+    torch.testing.assert_close(plain(x, torch.tensor([1, 3])), indexes(x, torch.tensor([1, 3])))
+    assert not any(isinstance(e, EagerEntry) for e in plain.cache.values())
+
+
+@pytest.mark.parametrize("fn", [int_or_zero, bare_except, first_or_fallback])
+def test_a_value_read_inside_try_in_a_module_and_the_dynamo_backend(fn):
+    class Wrap(nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+
+    args = (torch.rand(5, 3) + 0.5,) + ((torch.tensor([7]),) if fn is first_or_fallback else ())
+    torch.testing.assert_close(quietly(minicomp.jit(Wrap(), fallback="silent"), *args), fn(*args))
+    if fn is not first_or_fallback:  # (Dynamo itself, backend="eager" too, lets that IndexError out)
+        torch.testing.assert_close(quietly(dynamo(fn), *args), fn(*args))
+
+
+# -- 11. host reads -----------------------------------------------------------------------------
+
+
+def via_numpy(x):
+    return x + float(x.numpy().sum())
+
+
+def via_tolist(x):
+    return x * x.tolist()[0][0]
+
+
+def via_array(x):
+    return x - float(np.asarray(x).max())
+
+
+@pytest.mark.parametrize("fn", [via_numpy, via_tolist, via_array])
+def test_host_reads_of_a_traced_tensor_run_eagerly(fn):
+    """Regression: `.numpy()` of a stand-in read memory that held no values, and the garbage was
+    baked into the compiled code. Such a read now refuses the trace (the call runs eagerly)."""
+    jitted = minicomp.jit(fn, fallback="silent")
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(jitted(x), fn(x))
+    assert all(isinstance(e, EagerEntry) for e in jitted.cache.values())
+    with pytest.raises(minicomp.CompileError, match="reads tensor values in Python"):
+        minicomp.jit(fn, fallback="raise")(torch.randn(4, 3))
+
+
+@pytest.mark.parametrize("fn", [via_numpy, via_array])
+def test_host_reads_in_a_module(fn):
+    class Wrap(nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    jitted = minicomp.jit(Wrap(), fallback="silent")
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(jitted(x), fn(x))
+
+
+# -- 12. staleness ---------------------------------------------------------------------------------
+
+
+class Scaled(nn.Module):
+    def forward(self, x):
+        return self.act(x)
+
+    def act(self, x):
+        return x * 2
+
+
+def test_a_class_method_rebound_after_the_first_call_is_used():
+    """Regression: `Scaled.act = ...` after the first call kept running the old method's code."""
+
+    class Local(Scaled):
+        pass
+
+    module, x = Local(), torch.randn(4)
+    jitted = minicomp.jit(module)
+    torch.testing.assert_close(jitted(x), x * 2)
+    Local.act = lambda self, x: x * 3
+    torch.testing.assert_close(jitted(x), x * 3)
+
+
+def test_a_method_called_through_self_rebound_is_used():
+    class Holder:
+        def run(self, x):
+            return self.act(x) + 1
+
+        def act(self, x):
+            return x * 2
+
+    holder, x = Holder(), torch.randn(4)
+    jitted = minicomp.jit(holder.run)
+    torch.testing.assert_close(jitted(x), x * 2 + 1)
+    Holder.act = lambda self, x: x * 5
+    torch.testing.assert_close(jitted(x), x * 5 + 1)
+
+
+def test_changed_defaults_are_used():
+    """Regression: `fn.__defaults__ = ...` after the first call kept the old default."""
+
+    def scaled(x, k=2.0, *, shift=1.0):
+        return x * k + shift
+
+    x = torch.randn(4)
+    jitted = minicomp.jit(scaled)
+    torch.testing.assert_close(jitted(x), x * 2 + 1)
+    scaled.__defaults__ = (3.0,)
+    torch.testing.assert_close(jitted(x), x * 3 + 1)
+    scaled.__kwdefaults__ = {"shift": 5.0}
+    torch.testing.assert_close(jitted(x), x * 3 + 5)
+
+
+def helper_with_default(x, k=2.0):
+    return x * k
+
+
+def calls_helper(x):
+    return helper_with_default(x) + 1
+
+
+def test_a_helpers_changed_defaults_are_used():
+    x = torch.randn(4)
+    jitted = minicomp.jit(calls_helper)
+    torch.testing.assert_close(jitted(x), x * 2 + 1)
+    helper_with_default.__defaults__ = (4.0,)
+    try:
+        torch.testing.assert_close(jitted(x), x * 4 + 1)
+    finally:
+        helper_with_default.__defaults__ = (2.0,)
+
+
+def test_a_modules_forward_defaults_are_used():
+    class WithDefault(nn.Module):
+        def forward(self, x, k=2.0):
+            return x * k
+
+    x = torch.randn(4)
+    jitted = minicomp.jit(WithDefault())
+    torch.testing.assert_close(jitted(x), x * 2)
+    WithDefault.forward.__defaults__ = (6.0,)
+    torch.testing.assert_close(jitted(x), x * 6)
+
+
+G = torch.zeros(4)
+
+
+def bumps_global(x):
+    G.add_(1)
+    return x + G
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_the_first_call_writes_a_global_tensor_once(dtype):
+    """Regression: the first call added 2 to `G` (`G.add_(1)`): once while tracing, once in the
+    compiled code. Later calls added 1, as eager does."""
+    global G
+    G = torch.zeros(4, dtype=dtype)
+    jitted = minicomp.jit(bumps_global, fallback="silent")
+    x = torch.ones(4, dtype=dtype)
+    for n in (1, 2, 3):
+        torch.testing.assert_close(jitted(x), x + n)
+        torch.testing.assert_close(G, torch.full((4,), n, dtype=dtype))
+
+
+def test_the_first_call_writes_a_global_tensor_once_in_a_module():
+    global G
+    G = torch.zeros(4)
+
+    class Bumps(nn.Module):
+        def forward(self, x):
+            return bumps_global(x)
+
+    jitted, x = minicomp.jit(Bumps(), fallback="silent"), torch.ones(4)
+    with torch.no_grad():
+        for n in (1, 2):
+            torch.testing.assert_close(jitted(x), x + n)
+            torch.testing.assert_close(G, torch.full((4,), float(n)))
+
+
+def test_an_argument_aliasing_a_written_global_sees_the_write():
+    """Regression: called with the global it writes in place as its argument (`f(G)`), the
+    compiled code read the argument as it was before the write: eager reads the new values."""
+    global G
+    G = torch.zeros(4)
+    jitted = minicomp.jit(bumps_global, fallback="silent")
+    jitted(torch.ones(4))  # compiled for this signature
+    G.zero_()
+    expected_G = G.clone() + 1
+    out = jitted(G)
+    torch.testing.assert_close(G, expected_G)
+    torch.testing.assert_close(out, expected_G * 2)
