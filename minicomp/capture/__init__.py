@@ -2,10 +2,14 @@
 
 tracing.py      trace(): stand-ins first (meta_trace.py), make_fx / AOTAutograd when they cannot follow
 outputs.py      Outputs: a record per leaf of the result (a graph output, an argument, a view, a constant)
+closed_over.py  ClosedOver: what a trace reads and does besides its inputs (closed-over tensors, writes,
+                value reads, grad mode, hooks), refused where a graph cannot keep it
+functional.py   writes into temporaries made functional (in-place ops a decomposition leaves)
 meta_trace.py   a tracer of ATen ops on meta stand-ins (no torch._dynamo import on a cold start)
 specialize.py   Dynamo graphs with symbolic sizes, compiled per concrete size
 """
 
+from minicomp.capture.closed_over import ClosedOver
 from minicomp.capture.outputs import (
     Argument,
     ArgumentView,
@@ -17,7 +21,6 @@ from minicomp.capture.outputs import (
 )
 from minicomp.capture.tracing import (
     FUSED_FROM_PARTS,
-    ClosedOver,
     Traced,
     call_eagerly,
     decompositions,

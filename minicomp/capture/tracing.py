@@ -15,20 +15,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import operator
-import os
-import sys
 import threading
-from pathlib import Path
 
 import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from minicomp import guards, logs
 from minicomp.capture import meta_trace
+from minicomp.capture.closed_over import ClosedOver, refuse_grad_inside
+from minicomp.capture.functional import functional_temporaries, functionalized, writes_in_place
 from minicomp.capture.outputs import Argument, ArgumentView, Constant, GraphOutput, OutputRecord, Outputs, SameAs
 
 # Ops that ATen's core set keeps whole but minicomp fuses from their parts (reductions and
@@ -92,206 +89,6 @@ def flatten_outputs(result) -> tuple[list, object]:
     return leaves, spec
 
 
-class ClosedOver(TorchFunctionMode):
-    """While a function is traced, the real tensors it hands to torch: what it closes over (a
-    global weight, a module it names, a RoPE table), as opposed to the traced inputs (fake or
-    functional tensors) and what it computes from them. A graph holds them as constants, so
-    one that requires grad would lose its gradient (guards.refuse_grad_constants). A call that
-    hooks into autograd (`retain_grad`, `register_hook`) is refused while tracing: a graph keeps
-    the values, not the hooks."""
-
-    def __init__(self):
-        super().__init__()
-        self.tensors: dict[int, torch.Tensor] = {}
-        self.grad_turned_on = False  # an op ran with grad mode on where the call had it off (enable_grad)
-        self._grad_at_call = torch.is_grad_enabled()
-        self.stopped: Exception | None = None  # why the trace stopped (guards.TraceStopped), if it did
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if not self._grad_at_call and torch.is_grad_enabled():
-            self.grad_turned_on = True
-        if func in _GRAD_HOOKS:
-            raise guards.GradHook(
-                f"it calls Tensor.{func.__name__}, which a compiled graph cannot keep: the hook (or the "
-                "retained .grad) would never see the compiled backward"
-            )
-        if func in _VALUE_READS:
-            self.stopped = guards.ReadsValues(
-                "it branches on tensor values (e.g. `if x.sum() > 0`), which a trace cannot follow. Use "
-                "torch.where for the branch, decide it from shapes or Python arguments, or keep that part "
-                "outside the jitted function"
-                if func is torch.Tensor.__bool__
-                else f"it reads tensor values in Python (Tensor.{func.__name__}: `int(t)`, `.item()`, "
-                "`.tolist()`, `.numpy()`), which a trace has none of: keep that read outside the jitted function"
-            )
-            raise guards.TraceStopped(self.stopped)
-        if _fails_on_values(func, args) and _inside_a_try():
-            self.stopped = guards.ReadsValues(
-                f"it indexes by tensor values ({getattr(func, '__name__', func)}) inside its own try block: "
-                "eager raises for an index out of range and takes the except branch, compiled code cannot"
-            )
-            raise guards.TraceStopped(self.stopped)
-        kwargs = kwargs or {}
-        written = _written_in_place(func, args, kwargs)
-        if written is not None and _is_real(written):
-            raise guards.SideEffect(
-                f"it writes in place into a tensor it closes over (shape {list(written.shape)}, by "
-                f"{getattr(func, '__name__', func)}), which compiled code would not repeat: pass that tensor "
-                "as an argument, or keep the write outside the jitted function"
-            )
-        for value in pytree.tree_leaves((args, kwargs)):
-            if isinstance(value, torch.Tensor) and _is_real(value):
-                self.tensors.setdefault(id(value), value)
-        try:
-            return func(*args, **kwargs)
-        except Exception as err:
-            if not any(k.__name__ in _TRACER_ERRORS for k in type(err).__mro__):
-                raise  # eager's own error (a shape mismatch): the function may catch it, as in eager
-            self.stopped = err
-            raise guards.TraceStopped(err) from err
-
-    @contextlib.contextmanager
-    def refusing(self):
-        """Around the call of the traced function, outside its frames: a TraceStopped becomes its
-        refusal, and a refusal the function swallowed (a bare `except:`) is raised all the same."""
-        try:
-            yield
-        except guards.TraceStopped as stop:
-            raise stop.refusal from None
-        if self.stopped is not None:
-            raise self.stopped
-
-
-# Tensor methods that read values into Python: a stand-in has none (`.numpy()` would read memory
-# that holds none), and a number read would be baked into the trace
-_VALUE_READS = frozenset(
-    {
-        torch.Tensor.item,
-        torch.Tensor.tolist,
-        torch.Tensor.numpy,
-        torch.Tensor.__array__,
-        torch.Tensor.__bool__,
-        torch.Tensor.__int__,
-        torch.Tensor.__float__,
-        torch.Tensor.__complex__,
-        torch.Tensor.__index__,
-    }
-)
-# ops that raise for some values of their tensor arguments (an index out of range)
-_INDEXING = frozenset(
-    "__getitem__ __setitem__ index_select gather take take_along_dim embedding one_hot index_add index_add_ "
-    "index_copy index_copy_ index_fill index_fill_ index_put index_put_ scatter scatter_ scatter_add "
-    "scatter_add_ scatter_reduce scatter_reduce_".split()
-)
-
-
-def _fails_on_values(func, args) -> bool:
-    """An op that indexes by tensor values (`x[idx]`, gather, embedding): eager may raise for them."""
-    if getattr(func, "__name__", "") not in _INDEXING:
-        return False
-    if func.__name__ in ("__getitem__", "__setitem__"):
-        index = args[1] if len(args) > 1 else None
-        return any(
-            isinstance(i, torch.Tensor) and i.dtype != torch.bool and not i.is_floating_point()
-            for i in pytree.tree_leaves(index)
-        )
-    return True
-
-
-_PACKAGES = tuple(os.path.join(path, "") for path in (Path(torch.__file__).parent, Path(__file__).parents[1]))
-
-
-def _inside_a_try() -> bool:
-    """Whether the user's code calling torch now runs inside a try block of its own (one with an
-    except or finally: a `with` block's cleanup does not count), in any of its frames."""
-    frame, users = sys._getframe(2), False
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename.startswith(_PACKAGES):
-            if users and filename.startswith(_PACKAGES[1]):
-                return False  # past the user's frames: the tracer's own
-        else:
-            users = True
-            if _catches(frame.f_code, frame.f_lasti):
-                return True
-        frame = frame.f_back
-    return False
-
-
-@functools.cache
-def _catches(code, lasti: int) -> bool:
-    import dis
-
-    parse = getattr(dis, "_parse_exception_table", None)  # (CPython 3.11+; before, no table to read)
-    for entry in parse(code) if parse is not None else ():
-        if entry.start <= lasti < entry.end:
-            ops = code.co_code
-            with_block = entry.target + 2 < len(ops) and ops[entry.target + 2] == dis.opmap["WITH_EXCEPT_START"]
-            return ops[entry.target] == dis.opmap["PUSH_EXC_INFO"] and not with_block
-    return False
-
-
-# what the tracers raise where only tensor values (or make_fx) could go on; by name, so that
-# checking imports no fake tensors
-_TRACER_ERRORS = frozenset(
-    {
-        "Untraceable",
-        "DataDependentOutputException",
-        "DynamicOutputShapeException",
-        "UnsupportedOperatorException",
-        "GuardOnDataDependentSymNode",
-    }
-)
-
-
-_IN_PLACE_OPERATORS = {
-    f"__i{op}__" for op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split()
-}
-
-
-def _written_in_place(func, args, kwargs) -> torch.Tensor | None:
-    """The tensor a call of torch's writes into: its `out=`, or the first argument of an in-place
-    op (`add_`, `x[i] = v`, `x += v`, `F.relu(x, inplace=True)`); None for an op that writes nothing."""
-    out = kwargs.get("out")
-    for value in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(value, torch.Tensor):
-            return value
-    if not args or not isinstance(args[0], torch.Tensor):
-        return None
-    name = getattr(func, "__name__", "")
-    in_place = (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE_OPERATORS
-    if in_place or name == "__setitem__" or kwargs.get("inplace") is True:
-        return args[0]
-    return None
-
-
-def _refuse_grad_inside(needs_grad: list[torch.Tensor], closed_over: list[torch.Tensor]) -> None:
-    """A function called with grad mode off turned it on (`torch.enable_grad()`) while it had a
-    tensor that requires grad: eager's result would require grad, and an inference graph
-    records no autograd. Such a signature runs eagerly."""
-    if needs_grad or any(t.requires_grad for t in closed_over):
-        raise guards.GradModeInside(
-            "it turns grad mode on inside (torch.enable_grad / set_grad_enabled) while called under "
-            "no_grad with a tensor that requires grad, whose result eager records for autograd"
-        )
-
-
-_GRAD_HOOKS = (
-    torch.Tensor.retain_grad,
-    torch.Tensor.register_hook,
-    torch.Tensor.register_post_accumulate_grad_hook,
-)
-
-
-def _is_real(value: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch._subclasses.functional_tensor import FunctionalTensor
-
-    return not isinstance(
-        value, (FakeTensor, FunctionalTensor, meta_trace.Standin)
-    ) and not torch._is_functional_tensor(value)
-
-
 class Traced:
     """The graph of `fn` for one input signature, and how to map values in and out.
 
@@ -331,11 +128,11 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
         except Exception as why:  # noqa: BLE001 - Untraceable, or an error make_fx reports its own way
             logs.graph.info("traced with make_fx: %s", why)
         else:
-            return Traced(_functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
+            return Traced(functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
     gm, outputs, closed_over = _trace_with_make_fx(fn, leaves, in_spec, tensor_slots)
-    gm = _functional_temporaries(gm)
-    if _writes_in_place(gm):
-        gm = _functionalized(gm, [leaves[i] for i in tensor_slots])
+    gm = functional_temporaries(gm)
+    if writes_in_place(gm):
+        gm = functionalized(gm, [leaves[i] for i in tensor_slots], decompositions())
     return Traced(gm, names, tensor_slots, outputs, closed_over)
 
 
@@ -356,7 +153,7 @@ def _flat(fn, leaves, in_spec, tensor_slots, records_of):
         with seen.refusing(), seen, torch.set_grad_enabled(grad):  # `is_grad_enabled()` reads as in eager
             returned = fn(*args, **kwargs)
         if seen.grad_turned_on:
-            _refuse_grad_inside(needs_grad, list(seen.tensors.values()))
+            refuse_grad_inside(needs_grad, list(seen.tensors.values()))
         out_leaves, spec = flatten_outputs(returned)
         records, computed = records_of(out_leaves, tensors)
         result["outputs"] = Outputs(spec, records)
@@ -440,79 +237,6 @@ def _fake_tensor_errors_unlogged():
         yield
     finally:
         logger.removeFilter(dropped)
-
-
-def _functional_temporaries(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """`t.add_(eps)` on a temporary nothing else reads becomes `add(t, eps)`: decompositions
-    (rms_norm's) write in place on values they just made, which functionalization never sees."""
-    for node in gm.graph.nodes:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-            continue
-        packet = target._opname
-        if not packet.endswith("_") or packet.startswith("_") or not node.args:
-            continue
-        first = node.args[0]
-        if not isinstance(first, torch.fx.Node) or not _fresh(first) or len(first.users) != 1:
-            continue  # a view's write lands in its base (circular pad's copy_ into slices of an empty)
-        functional = getattr(getattr(torch.ops.aten, packet[:-1], None), target._overloadname, None)
-        if functional is not None:
-            node.target = functional
-    gm.recompile()
-    return gm
-
-
-def _fresh(node: torch.fx.Node) -> bool:
-    """Whether an op node's result is memory of its own: not a view of another value, nor the
-    result of an in-place op (which is its first argument)."""
-    if node.op != "call_function":
-        return False
-    target, index = node.target, 0
-    if target is operator.getitem and isinstance(node.args[0], torch.fx.Node):  # one result of a tuple
-        target, index = node.args[0].target, node.args[1]
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    returns = target._schema.returns
-    if not returns or isinstance(index, int) and index >= len(returns):
-        return len(returns) == 1 and returns[0].alias_info is None  # a Tensor[] result
-    return returns[index].alias_info is None
-
-
-def _writes_in_place(gm: torch.fx.GraphModule) -> bool:
-    """Whether an op of the graph still writes in place, besides the final `copy_` of a mutated
-    input into it: a decomposition that writes into a view of a value it made (circular pad
-    fills slices of an `empty`), which make_fx's decompositions run below functionalization."""
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        if not node.target._schema.is_mutable:
-            continue
-        first = node.args[0] if node.args else None
-        if (
-            node.target is torch.ops.aten.copy_.default
-            and isinstance(first, torch.fx.Node)
-            and first.op == "placeholder"
-        ):
-            continue
-        return True
-    return False
-
-
-def _functionalized(gm: torch.fx.GraphModule, tensors: list[torch.Tensor]) -> torch.fx.GraphModule:
-    """`gm` traced once more through functionalization: a write into a view of a temporary becomes
-    a pure op (slice_scatter, ...) whose value later reads see; a mutated input keeps its final
-    `copy_`."""
-    from torch.func import functionalize
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    with torch.no_grad():
-        traced = make_fx(
-            functionalize(gm, remove="mutations"),
-            decomposition_table=decompositions(),
-            tracing_mode="fake",
-            _allow_non_fake_inputs=True,
-        )(*[t.detach() for t in tensors])
-    return _functional_temporaries(traced)
 
 
 def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> OutputRecord:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import minicomp
 from minicomp import ir
-from minicomp.capture import meta_trace, tracing
+from minicomp.capture import functional, meta_trace, tracing
 
 
 def traced_both_ways(fn, *args):
@@ -23,7 +23,7 @@ def traced_both_ways(fn, *args):
     slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
     standin_gm, standin_outputs, _ = tracing._trace_on_standins(fn, leaves, spec, slots)
     make_fx_gm, make_fx_outputs, _ = tracing._trace_with_make_fx(fn, leaves, spec, slots)
-    graphs = [ir.from_fx(tracing._functional_temporaries(gm)) for gm in (standin_gm, make_fx_gm)]
+    graphs = [ir.from_fx(functional.functional_temporaries(gm)) for gm in (standin_gm, make_fx_gm)]
     return graphs, (standin_outputs, make_fx_outputs)
 
 
