@@ -418,9 +418,10 @@ def _child(seeds: range, family: str) -> tuple[int, list[tuple], int] | None:
 
     command = [sys.executable, "-W", "ignore", __file__, "--seed", str(seeds.start), "--cases", str(len(seeds))]
     done = subprocess.run(command + ["--family", family, "--json"], capture_output=True, text=True)
-    if done.returncode not in (0, 1):
-        return None
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    if done.returncode not in (0, 1) or not lines or not lines[-1].startswith("{"):
+        return None  # it died (or could not start): the caller runs its cases one a process
+    result = json.loads(lines[-1])
     return result["cases"], [tuple(f) for f in result["findings"]], result["refused"]
 
 
@@ -439,6 +440,8 @@ def run_isolated(seeds: range, family: str, chunk: int = 50) -> tuple[int, list[
                     results[k] = (1, [(case.family, seed, "process crash", f"process crash\n{case.repro()}")], 0)
         for cases, found, skipped in results:
             count, findings, refused = count + cases, findings + found, refused + skipped
+            for *_, text in found:  # as they come: a long run stopped early keeps what it found
+                print(text, "\n", file=sys.stderr, flush=True)
         print(f"{count} cases, {len(findings)} findings, {refused} refused", file=sys.stderr, flush=True)
     return count, findings, refused
 
