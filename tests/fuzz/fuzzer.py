@@ -313,7 +313,9 @@ def _run(fn, inputs, training):
     return out, args, grads
 
 
-def _close(got: torch.Tensor, want: torch.Tensor, reference: torch.Tensor | None) -> str | None:
+def _close(
+    got: torch.Tensor, want: torch.Tensor, reference: torch.Tensor | None, tol: float | None = None
+) -> str | None:
     """None when `got` matches `want`, else what differs."""
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"shape/dtype {tuple(got.shape)} {got.dtype}, eager {tuple(want.shape)} {want.dtype}"
@@ -322,7 +324,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, reference: torch.Tensor | None
     if not got.dtype.is_floating_point and not got.dtype.is_complex:
         return None if torch.equal(got, want) else f"integer values differ ({(got != want).sum().item()} elements)"
     g, w = got.detach().double(), want.detach().double()
-    tol = TOLERANCE.get(got.dtype, 1e-4)
+    tol = tol if tol is not None else TOLERANCE.get(got.dtype, 1e-4)
     same = (g - w).abs() <= tol + tol * w.abs()
     same |= (g.isnan() & w.isnan()) | (g == w)
     if bool(same.all()):
@@ -385,7 +387,9 @@ def check(case: Case) -> Finding | None:
         for k, (got, want) in enumerate(zip(grads, eager_grads)):
             if (got is None) != (want is None):
                 return Finding(case, "wrong gradient", f"gradient {k}: {got is None=} {want is None=}")
-            if want is not None and (problem := _close(got, want, None)) is not None:
+            # a gradient sums products of the program's values: as precise as its least precise input
+            tol = max(TOLERANCE.get(x.dtype, 1e-4) for x in case.inputs if x.dtype.is_floating_point)
+            if want is not None and (problem := _close(got, want, None, tol)) is not None:
                 return Finding(case, "wrong gradient", f"gradient {k}: {problem}")
     return None
 
