@@ -93,9 +93,23 @@ def _binary(template: str) -> Rule:
 def _compare(symbol: str) -> Rule:
     def rule(op: Op) -> str:
         dtype = op.promoted("self", "other")
-        return f"{op.operand('self', dtype)} {symbol} {op.operand('other', dtype)}"
+        return f"{_rounded(op, 'self', dtype)} {symbol} {_rounded(op, 'other', dtype)}"
 
     return rule
+
+
+def _rounded(op: Op, name: str, dtype: torch.dtype) -> str:
+    """An operand of a comparison, computed in `dtype`: a 16-bit value a kernel holds in float32 is
+    rounded to its own dtype first, as eager compares the values it stores (a backward's
+    `amin == sin(x)` recomputes sin unrounded against the stored, rounded amin: no element was
+    equal, and its gradient was 0 / 0)."""
+    code = op.operand(name, dtype)
+    arg = op.args[name]
+    if isinstance(arg, Ref):
+        own = op.graph[arg.name].meta.dtype
+        if own in dtypes.LOW_PRECISION and op.value(name).dtype != own:
+            return f"{code}.to({dtypes.triton_dtype(own)}).to({dtypes.triton_dtype(dtype)})"
+    return code
 
 
 def _logical(symbol: str) -> Rule:
