@@ -35,3 +35,14 @@ def test_comparisons_of_computed_values_round_first(device, dtype):
     a = torch.randn(257, device=device, dtype=dtype)
     b = a.clone()
     check(lambda a, b: (torch.sin(a) * 3 == torch.sin(b) * 3, torch.exp(a) <= torch.exp(b), torch.tanh(a) > a), a, b)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("to", [torch.int32, torch.int64, torch.uint8])
+def test_casts_of_computed_values_to_integers_truncate_the_stored_value(device, dtype, to):
+    """`sin(x).to(int)` in 16 bits: eager truncates the rounded sin (0.9999 -> 1.0 -> 1), float32
+    would truncate to 0 (found by the fuzzer: views case 8565)."""
+    x = torch.linspace(1.2, 1.9, 4096, device=device).to(dtype)
+    fn = lambda x: ((torch.sin(x) * 4).to(to), (x * 3.3).to(to))  # noqa: E731
+    for got, want in zip(minicomp.jit(fn)(x), fn(x)):
+        assert torch.equal(got, want), (got != want).sum()  # exactly: a float32 reference would not do

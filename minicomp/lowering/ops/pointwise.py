@@ -6,7 +6,17 @@ import torch
 
 from minicomp.ir import Graph, Node, Ref, dtypes
 from minicomp.ir.dtypes import literal
-from minicomp.lowering.ops.core import POINTWISE, SPECIAL_SUPPORT, Op, Rule, bind, broadcast_index, cast, pointwise
+from minicomp.lowering.ops.core import (
+    POINTWISE,
+    SPECIAL_SUPPORT,
+    Op,
+    Rule,
+    Value,
+    bind,
+    broadcast_index,
+    cast,
+    pointwise,
+)
 
 NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
 
@@ -99,17 +109,22 @@ def _compare(symbol: str) -> Rule:
 
 
 def _rounded(op: Op, name: str, dtype: torch.dtype) -> str:
-    """An operand of a comparison, computed in `dtype`: a 16-bit value a kernel holds in float32 is
-    rounded to its own dtype first, as eager compares the values it stores (a backward's
-    `amin == sin(x)` recomputes sin unrounded against the stored, rounded amin: no element was
-    equal, and its gradient was 0 / 0)."""
-    code = op.operand(name, dtype)
-    arg = op.args[name]
-    if isinstance(arg, Ref):
+    """An operand of a comparison, computed in `dtype`, as eager stores it (`_as_stored`): a
+    backward's `amin == sin(x)` recomputed sin unrounded against the stored, rounded amin: no
+    element was equal, and its gradient was 0 / 0."""
+    return cast(_as_stored(op, name), dtype)
+
+
+def _as_stored(op: Op, name: str) -> Value:
+    """The operand as eager stores it: a 16-bit value a kernel holds in float32 rounded to its
+    dtype (still held in float32). Continuous ops take it unrounded (minicomp rounds once, at the
+    store); comparisons and casts to integers, which jump at a boundary, take it rounded."""
+    value, arg = op.value(name), op.args[name]
+    if isinstance(arg, Ref) and value.dtype == torch.float32:
         own = op.graph[arg.name].meta.dtype
-        if own in dtypes.LOW_PRECISION and op.value(name).dtype != own:
-            return f"{code}.to({dtypes.triton_dtype(own)}).to({dtypes.triton_dtype(dtype)})"
-    return code
+        if own in dtypes.LOW_PRECISION:
+            return Value(f"{value.code}.to({dtypes.triton_dtype(own)}).to(tl.float32)", torch.float32)
+    return value
 
 
 def _logical(symbol: str) -> Rule:
@@ -370,6 +385,8 @@ def to_copy(op: Op) -> str:
     source = "self" if "self" in op.args else "a"  # prims.convert_element_type names it `a`
     if op.out_dtype in dtypes.LOW_PRECISION:
         return f"{op.operand(source, op.out_dtype)}.to(tl.float32)"
+    if not op.out_dtype.is_floating_point:  # truncation jumps at integers: from the stored value
+        return cast(_as_stored(op, source), op.compute)
     return op.operand(source)
 
 
