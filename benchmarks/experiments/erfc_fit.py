@@ -1,4 +1,4 @@
-"""The polynomial of the 16-bit erfc (ops/pointwise.py `ERFC16`), fitted again, and its error.
+"""The polynomial of the 16-bit erfc (lowering/ops/fast_math.py `ERFC16`), fitted again, and its error.
 
     python -m benchmarks.experiments.erfc_fit OUT.json
 
@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from benchmarks.experiments import harness
-from minicomp.lowering.ops.pointwise import ERFC16
+from minicomp.lowering.ops.fast_math import ERFC16
 
 
 def fit(degree: int, points: int) -> list[float]:
@@ -56,7 +56,7 @@ def main(argv=None):
         rows.append(dict(degree=degree, coef=coef, max_relative_error=max_relative_error(coef, points)))
         print(f"degree {degree}: max relative error {rows[-1]['max_relative_error']:.2e}", flush=True)
     used = max_relative_error(ERFC16, points)
-    print(f"pointwise.ERFC16: max relative error {used:.2e}")
+    print(f"fast_math.ERFC16: max relative error {used:.2e}")
     run.write(rows=rows, used=dict(coef=list(ERFC16), max_relative_error=used))
 
 

@@ -2,7 +2,7 @@
 
 Where the result is rounded to 16 bits, `tanh(z) + 1` is written `2 / (1 + exp(-2z))`,
 `1 - tanh(z)` `2 / (1 + exp(2z))`, `1 + erf(z)` `erfc(-z)` with a refitted erfc (ops/pointwise.py
-`_one_and`, `_erfc16`), and GELU's forms accordingly. The bound: on every bfloat16 and
+`one_and`, `erfc16` in lowering/ops/fast_math.py), and GELU's forms accordingly. The bound: on every bfloat16 and
 float16 input whose input and exact result are normal numbers, the result is within one ulp of the exact value (float64,
 rounded to the dtype) or no farther from it than eager in float32 is. Eager's float32 is not
 the yardstick below x = -4, where its `1 + tanh` cancels (tanhf is -1 to within an ulp of 1)
