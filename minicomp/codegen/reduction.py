@@ -35,6 +35,7 @@ that compute each reduction: codegen/reduction_lines.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -42,9 +43,12 @@ from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index
 from minicomp.codegen.reduction_lines import ReductionLines
 from minicomp.codegen.reduction_passes import passes
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const
+from minicomp.lowering.indexing import Expr, IterationSpace, Var
 from minicomp.lowering.ops import NodeKind
 from minicomp.plan.fusion import Kernel, Plan
+from minicomp.plan.row_reads import at_row, row_index
+from minicomp.plan.row_reads import has_r as _has_r
+from minicomp.plan.row_reads import has_x as _has_x
 from minicomp.runtime.launch_spec import ReductionLaunch
 
 
@@ -107,6 +111,7 @@ class ReductionWriter(ReductionLines, KernelWriter):
         self.prologue: list[str] = []  # a grouped kernel's lines before its loop over its rows ...
         self.epilogue: list[str] = []  # ... and after it (`Kernel.group`)
         self.hoisting = False  # a load that goes to the prologue is being written
+        self.full_names: set[str] = set()  # the lines written in a loop body (full values)
         self.passes: dict[tuple[str, Expr], set[int]] = {}  # (buffer, offset) -> the passes that load it
         self.pass_survey = survey  # ... as an earlier writing of this kernel found them
 
@@ -119,14 +124,7 @@ class ReductionWriter(ReductionLines, KernelWriter):
 
     def index_of(self, shape: tuple[int, ...]) -> tuple[Expr, ...]:
         """Where a value of `shape` (the space, or its rows) is evaluated in this kernel."""
-        full = self.kernel.shape
-        if tuple(shape) == tuple(full):
-            return self.full_index
-        if len(shape) == len(full):  # rows, reduced dims kept as 1
-            return tuple(const(0) if d in self.kernel.reduced else e for d, e in enumerate(self.full_index))
-        # the rows with dims of size 1 added or dropped: the sized dims are the rows', in order
-        rows = iter(e for d, e in enumerate(self.full_index) if d not in self.kernel.reduced and full[d] != 1)
-        return tuple(const(0) if s == 1 else next(rows) for s in shape)
+        return row_index(self.kernel, self.full_index, shape)
 
     def is_full(self, index) -> bool:
         return any(_has_r(e, len(self.rows)) for e in index)
@@ -192,20 +190,30 @@ class ReductionWriter(ReductionLines, KernelWriter):
         return "evict_first" if min(passes) < here else None
 
     def temp(self, code, dtype, hint, comment="", plain_load=False) -> ops.Value:
-        """A line in the loop body (a full value) or before the loop (a row value)."""
-        full = self.full
+        """A line in the loop body (a full value) or before the loop (a row value). Which one the
+        line's own reads decide, not the value being evaluated: a slice_scatter over the rows,
+        evaluated at a full index, tests a row condition that masks the load of a `src` read at
+        its rows (broadcast over the row); the condition goes before the loop with that load."""
+        full = self._reads_full(code)
         lines = self.prologue if self.hoisting else self.phase.body if full else self.phase.before
         key = (code, dtype, full)
         if key not in self.emitted:
             name = self.fresh(hint)
             lines.append(f"{name} = {code}" + (f"  # {comment}" if comment else ""))
             self.emitted[key] = ops.Value(name, dtype)
+            if full:
+                self.full_names.add(name)
         return self.emitted[key]
+
+    def _reads_full(self, code: str) -> bool:
+        """Whether `code` reads a reduced-dim variable, the row's tile or a full value's line."""
+        return any(n in self.full_names or FULL_ATOM.fullmatch(n) for n in NAME.findall(STRING.sub("", code)))
 
     def _evaluate(self, name: str, index, mask) -> ops.Value:
         if self.plan.kinds[name] is not NodeKind.REDUCTION or name in self.loads:
             return super()._evaluate(name, index, mask)
-        if index != self.index_of(self.graph[name].meta.shape):
+        shape = self.graph[name].meta.shape
+        if not at_row(index, self.index_of(shape), shape):  # the plan cuts such reads (row_reads.py)
             raise NotImplementedError(f"{name} is read at another row than the one it reduces")
         if name not in self.results:
             raise NotImplementedError(f"{name} is needed before the pass that computes it")
@@ -325,19 +333,6 @@ class ReductionWriter(ReductionLines, KernelWriter):
         ]
 
 
-def _has_r(expr: Expr, first_r: int) -> bool:
-    return any(_atom_has(atom, lambda v: v.dim >= first_r, "rindex") for atom, _ in expr.terms)
-
-
-def _has_x(expr: Expr, first_r: int) -> bool:
-    return any(_atom_has(atom, lambda v: v.dim < first_r, "xindex") for atom, _ in expr.terms)
-
-
-def _atom_has(atom, test, base: str) -> bool:
-    if isinstance(atom, Var):
-        return test(atom)
-    if isinstance(atom, (FloorDiv, Mod)):
-        return any(_atom_has(a, test, base) for a, _ in atom.expr.terms)
-    if isinstance(atom, Dyn):
-        return atom.full if base == "rindex" else True
-    return getattr(atom, "base", None) == base
+FULL_ATOM = re.compile(r"r\d+|rindex|rmask|roffset|RBLOCK")  # what only a loop body (or the whole row) defines
+NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?!\w|\s*=(?!=))")  # a name read: not an attribute, not a keyword
+STRING = re.compile(r"\"[^\"]*\"|'[^']*'")

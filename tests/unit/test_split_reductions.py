@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, kernel_count
+from conftest import check, grads_match, kernel_count
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils import _pytree as pytree
@@ -194,3 +194,16 @@ def test_explain_shows_the_split_and_why_it_is_two_kernels(small):
     text = str(minicomp.explain(lambda x: x.sum(0), whole_numbers(1024, 8)))
     assert "split 64 ways for sum" in text and "combines the 64 partial results of a split reduction" in text
     assert "rows contiguous" in text  # the outer form of both kernels
+
+
+def test_a_bias_summed_over_fewer_rows_than_a_group_is_not_split():
+    # Swin's relative position bias: [2, 4, 4] broadcast over a batch of 3 into a softmax; its
+    # gradient sums 3 rows, fewer than one group takes: one "group" was a split of K = 1 whose
+    # chunks view the row kernel could not place (StopIteration in codegen)
+    idx = torch.randint(0, 9, (16,), generator=torch.Generator().manual_seed(0))
+
+    def f(table, x):
+        bias = table[idx].view(4, 4, 2).permute(2, 0, 1).contiguous()
+        return (x + bias.unsqueeze(0)).softmax(-1)
+
+    grads_match(f, torch.randn(9, 2), torch.randn(3, 2, 4, 4))

@@ -331,6 +331,7 @@ def mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0(primals_2_ptr, tangents_
     ne_3 = primals_2 != -100  # aten.ne.Scalar
     scalar_tensor = tl.full([XBLOCK, 1], 0, tl.int64)  # aten.scalar_tensor.default
     where_2 = tl.where(ne_3, primals_2, scalar_tensor)  # aten.where.self
+    scatter_check = tl.device_assert((where_2 >= 0) & (where_2 < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (scatter, one_hot)", mask=xmask)
     tangents_1 = tl.broadcast_to(tl.load(tangents_1_ptr + 0), [XBLOCK, 1])
     _to_copy = tl.broadcast_to(tl.load(_to_copy_ptr + 0), [XBLOCK, 1])
     div_1 = tangents_1 / _to_copy  # aten.div.Tensor
@@ -341,7 +342,6 @@ def mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0(primals_2_ptr, tangents_
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = rindex < 9000
         r0 = rindex
-        scatter_check = tl.device_assert((where_2 >= 0) & (where_2 < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (scatter, one_hot)", mask=xmask)
         scatter_tmp = (r0 == where_2)
         full_like = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)  # aten.full_like.default
         scatter = tl.where(scatter_tmp, -1.0, full_like)  # aten.scatter.value
@@ -354,7 +354,6 @@ def mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0(primals_2_ptr, tangents_
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = rindex < 9000
         r0 = rindex
-        scatter_check_1 = tl.device_assert((where_2 >= 0) & (where_2 < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (scatter, one_hot)", mask=xmask)
         scatter_tmp_1 = (r0 == where_2)
         full_like_1 = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)  # aten.full_like.default
         scatter_1 = tl.where(scatter_tmp_1, -1.0, full_like_1)  # aten.scatter.value

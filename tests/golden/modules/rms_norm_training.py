@@ -286,8 +286,8 @@ def mc_fused_mul_view_sum_alias_pow_expand_0(tangents_1_ptr, primals_1_ptr, rsqr
         mul_6 = sum_2 * -0.5  # aten.mul.Scalar
         pow_2 = rsqrt * rsqrt * rsqrt  # aten.pow.Tensor_Scalar
         mul_7 = mul_6 * pow_2  # aten.mul.Tensor
-        mul_5 = mul_2 * rsqrt  # aten.mul.Tensor
         div = mul_7 / 64.0  # aten.div.Scalar
+        mul_5 = mul_2 * rsqrt  # aten.mul.Tensor
         mul_8 = primals_1 * 2.0  # aten.mul.Scalar
         mul_9 = div * mul_8  # aten.mul.Tensor
         add_1 = mul_5 + mul_9  # aten.add.Tensor
