@@ -122,6 +122,8 @@ DEFAULTS = dict(
     split_chunk=128,  # split_reductions.py: ... of at least this many elements each
     group_programs=256,  # split_reductions.py: a column reduction beside a row kernel: about this many partials ...
     group_min_rows=16,  # split_reductions.py: ... each summing at least this many rows
+    pad_matmuls="auto",  # pad_matmuls.py: "auto" (timed on CUDA), "always", "never": misaligned matmul sizes padded ...
+    pad_min_macs=1 << 27,  # pad_matmuls.py: ... in "auto", a matmul of at least this many multiply-adds
 )
 _overrides = threading.local()
 

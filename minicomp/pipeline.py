@@ -1,6 +1,6 @@
 """The pipeline, in one function: ATen graph -> IR -> fusion plan -> source -> module.
 
-    gm --ir.from_fx--> Graph --split_reductions--> Graph --fusion.plan--> Plan
+    gm --ir.from_fx--> Graph --pad_matmuls, split_reductions--> Graph --fusion.plan--> Plan
        --codegen--> source --runtime.load--> call
 
 Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
@@ -20,13 +20,15 @@ import torch.fx
 
 from minicomp import codegen, ir, logs, runtime
 from minicomp.codegen.families import Families
-from minicomp.codegen.module import KernelCall
+from minicomp.codegen.module import WRITERS, KernelCall
 from minicomp.ir import Graph, TensorMeta
 from minicomp.lowering.layout import is_dense
+from minicomp.lowering.ops import NodeKind
 from minicomp.plan import fusion, schedule
 from minicomp.plan.fusion import Plan
+from minicomp.plan.pad_matmuls import pad_matmuls
 from minicomp.plan.split_reductions import split_reductions
-from minicomp.plan.steps import PointwiseKernel
+from minicomp.plan.steps import PointwiseKernel, ReductionKernel
 from minicomp.runtime.launch import Launch
 
 
@@ -93,6 +95,7 @@ def compile_graph(
     `output_layouts`: strides wanted for the outputs, by position (a backward's: its leaves')."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
+    graph = pad_matmuls(graph)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")
@@ -101,7 +104,11 @@ def compile_graph(
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
-    rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text
+    try:
+        rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text
+    except NotImplementedError as err:  # a kernel it cannot write: once more, that kernel's reductions unfused
+        plan = _unfused(plan, err, name, freed_inputs, output_layouts or [])
+        rendered = codegen.render_module(plan, name, families)
     source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
     clock.lap("codegen")
@@ -115,6 +122,46 @@ def compile_graph(
     boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
     boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
     return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+
+
+def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts) -> Plan:
+    """The plan again with each reduction kernel that codegen cannot write broken up: every edge
+    from one of its reductions to a node it computes cut (fusion.plan's `cut`), so each reduction
+    is written and its readers read it in a later kernel. Defence in depth behind fusion's rules
+    (a plan rule should have refused the fusion): it costs those kernels their fusion, not the
+    graph its compilation. Raises `err` when no kernel fails on its own."""
+    failing = [k for k in plan.kernels if isinstance(k, ReductionKernel) and _unwritable(plan, k)]
+    computed = {n for k in failing for n in k.nodes}
+    cut = {
+        (r, u)
+        for k in failing
+        for r in k.nodes
+        if plan.kinds[r] is NodeKind.REDUCTION
+        for u in plan.graph.users(r)
+        if u in computed
+    }
+    if not cut:
+        raise err
+    logs.fusion.warning(
+        "%s: codegen could not write %s (%s); planned again with their reductions unfused",
+        name,
+        ", ".join(k.name for k in failing),
+        err,
+    )
+    again = fusion.plan(plan.graph, frozenset(cut))
+    again = schedule.order(again, freed_inputs)
+    again = _with_output_layouts(again, layouts)
+    logs.fusion.info("%s: plan\n%s\n%s", name, again.graph.describe(again.kinds), again)
+    return again
+
+
+def _unwritable(plan: Plan, kernel) -> bool:
+    """Whether codegen's writer of `kernel`'s kind raises NotImplementedError for it."""
+    try:
+        WRITERS[type(kernel)](plan, kernel)
+    except NotImplementedError:
+        return True
+    return False
 
 
 def _with_output_layouts(plan: Plan, layouts: list[tuple[int, ...] | None]) -> Plan:

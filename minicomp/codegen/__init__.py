@@ -3,6 +3,9 @@
 `render_module` (module.py) loads on first use: a process served from the persistent
 cache never generates code, and importing the writers, the lowering table and the
 templates costs it time at start-up.
+
+Each kernel kind has its writer: pointwise.py, reduction.py, scatter.py (atomic adds at the
+indexes a tensor holds); kernel.py is what they share, module.py the wrapper around them.
 """
 
 __all__ = ["render_module"]

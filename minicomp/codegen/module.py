@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import pointwise, reduction
+from minicomp.codegen import pointwise, reduction, scatter
+from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
@@ -28,7 +29,7 @@ from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed,
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import attention_mask, mask_strides
 from minicomp.plan.fusion import Extern, Kernel, Plan
-from minicomp.plan.steps import PointwiseKernel, ReductionKernel
+from minicomp.plan.steps import PointwiseKernel, ReductionKernel, ScatterKernel
 from minicomp.plan.storages import Storages
 from minicomp.plan.storages import uses as step_uses
 from minicomp.runtime.launch_spec import CombinedLaunch, LaunchSpec
@@ -37,6 +38,7 @@ from minicomp.runtime.launch_spec import CombinedLaunch, LaunchSpec
 WRITERS: dict[type, Callable[[Plan, Kernel], KernelSource]] = {
     PointwiseKernel: pointwise.write,
     ReductionKernel: reduction.write,
+    ScatterKernel: scatter.write,
 }
 
 Piece = tuple[KernelSource, Kernel]  # a kernel's source and its plan step
@@ -97,6 +99,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         constants=list(graph.constants),
         wrapper=wrapper,
     )
+    check_assigned(text)  # a kernel reading a name it never assigned is refused now, not when it runs
     return ModuleSource(text, body.calls)
 
 
@@ -174,6 +177,10 @@ class _Body:
     def allocate(self, step: Kernel, reused: dict[str, str]) -> None:
         """The lines that make each store's buffer: fresh memory, or a buffer's it takes over."""
         graph = self.graph
+        if isinstance(step, ScatterKernel):  # filled, or a copy of its `self`: codegen/scatter.py
+            self.flush()  # (after a waiting kernel, which may write that `self`)
+            self.line(*scatter.allocation(self.plan, step))
+            return
         for name in step.stores:
             meta = graph[name].meta
             if name in reused:
@@ -208,6 +215,7 @@ class _Body:
             args, scalars, name = list(source.args), (source.numel, *source.size_values), source.name
         else:
             text, args, scalars, name, spec = _combo(pieces, launcher, self.device)
+        text = _checked(text, self.device)
         self.runtime_names.add(type(spec).__name__)
         self.kernels.append(text.rstrip())
         stores = tuple(n for _, kernel in pieces for n in kernel.stores)
@@ -269,6 +277,16 @@ def _combo(pieces: list[Piece], launcher: str, device) -> tuple[str, list[str], 
 def _input_line(graph, name: str) -> str:
     meta = graph[name].meta
     return f"{name}: {meta} stride {meta.stride}" if isinstance(meta, TensorMeta) else f"{name}: {meta}"
+
+
+def _checked(text: str, device: torch.device) -> str:
+    """A CUDA kernel with a device-side assert (an index in bounds: lowering's `Op.check`) is
+    launched with `checked=True`, which compiles it with Triton's debug option (without it the
+    assert is dropped), as Inductor compiles its kernels. Interpreted kernels need nothing."""
+    if device.type == "cpu" or "tl.device_assert(" not in text:
+        return text
+    body, launch = text.rstrip().rsplit("\n", 1)
+    return f"{body}\n{launch.removesuffix(')')}, checked=True)\n"
 
 
 def _device(plan: Plan) -> torch.device:

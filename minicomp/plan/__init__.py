@@ -1,10 +1,13 @@
 """Plan: an IR graph -> kernels, extern calls and their order.
 
+pad_matmuls.py       matmul sizes cuBLAS runs slowly padded with zeros (a graph rewrite)
 split_reductions.py  long reductions split K ways into partial results (a graph rewrite)
 reduction_space.py   a reduction's space (reduced value shape + reduced dims) and row form
-steps.py             what a plan is made of: kernel kinds (PointwiseKernel, ReductionKernel), externs, Plan
+steps.py             what a plan is made of: kernel kinds (Pointwise-, Reduction-, ScatterKernel), externs, Plan
 stages.py            each node's kind, stage and whether it is materialized (fusion's rules 1-3)
-fusion.py            which values become which kernels (rule 4); why two did not fuse
+fusion.py            which values become which kernels (rules 4-5); why two did not fuse
+scatter.py           scatter kernels: a scatter-add's stage, what it reads, how its output starts
+row_reads.py         where a reduction kernel reads its reductions: a read at another row is cut (rule 5)
 schedule.py          the order of steps, for peak memory
 storages.py          which buffers share memory
 """

@@ -25,9 +25,14 @@ The rules, in order:
    of one space and stage share one reduction kernel (mean and variance, the
    max and the sum of softmax), which also writes any materialized value of
    its stage shaped like its space that it reads (add + RMSNorm writes `h`).
+5. A reduction kernel holds a reduction's result for the row it reduces only: where a value
+   reads it at another row (`s.t()`, `s.flip(0)` of a row sum `s`; row_reads.py finds them by
+   evaluating the kernel's indexes), the edge where that path leaves its own place is cut, so
+   the value there is written and its reader reads it in a later kernel. The plan's refusals
+   name the edge and the indexes.
 
 The plan (steps.py) is everything codegen needs and nothing it must ask back:
-each kernel's kind (its class: `PointwiseKernel`, `ReductionKernel`; codegen has
+each kernel's kind (its class: `PointwiseKernel`, `ReductionKernel`, `ScatterKernel`; codegen has
 one writer and one template per kind), the nodes it computes, the buffers it
 reads and writes, and the strides of every value a kernel writes
 (`Plan.strides`, from layout.py).
@@ -46,20 +51,32 @@ from minicomp.ir import Graph
 from minicomp.lowering.layout import attention_mask, mask_strides, output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
-from minicomp.plan import stages
+from minicomp.plan import row_reads, scatter, stages
 from minicomp.plan.reduction_space import ReductionSpace, reduction_form, row_itemsize
 from minicomp.plan.steps import Extern, Kernel, Plan, PointwiseKernel, ReductionKernel, Refusal
 
 
-def plan(graph: Graph) -> Plan:
-    """The kernels and extern calls that compute `graph`, in stage order (schedule.py reorders)."""
+def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
+    """The kernels and extern calls that compute `graph`, in stage order (schedule.py reorders).
+    `cut`: (value, user) edges to plan across a kernel boundary, whatever the rules say
+    (pipeline.py's retry after a kernel codegen could not write)."""
     kinds, reasons = stages.classify(graph)
-    stage, space, boundaries = stages.assign_stages(graph, kinds)
-    materialized = stages.materialized(graph, kinds, stage, space)
-    kernels = [
-        _filled(graph, kernel, kinds, stage, materialized)
-        for kernel in _kernels(graph, kinds, stage, space, materialized)
-    ]
+    cut, misread = frozenset(cut), []
+    while True:  # rule 5: a reduction read at another row than its own is read from memory
+        stage, space, boundaries = stages.assign_stages(graph, kinds, cut)
+        materialized = stages.materialized(graph, kinds, stage, space)
+        kernels = [
+            _filled(graph, kernel, kinds, stage, materialized)
+            for kernel in _kernels(graph, kinds, stage, space, materialized)
+        ]
+        found = [m for k in kernels if isinstance(k, ReductionKernel) for m in row_reads.misreads(graph, k, kinds)]
+        found = [m for m in found if (m.value, m.reader) not in cut]
+        if not found:  # (a read through an edge already cut is codegen's to refuse)
+            break
+        cut |= {(m.value, m.reader) for m in found}
+        misread += [Refusal(m.value, m.reader, str(m)) for m in found]
+    told = {(m.producer, m.consumer) for m in misread}
+    boundaries += misread + [Refusal(r, u, _CUT) for r, u in sorted(cut - told)]
     steps: list[Kernel | Extern] = []
     for s in range(max(stage.values(), default=0) + 1):
         steps += [Extern(n, s) for n in graph.order if kinds[n] is NodeKind.EXTERN and stage[n] == s]
@@ -68,6 +85,9 @@ def plan(graph: Graph) -> Plan:
     _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
     return Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
+
+
+_CUT = "cut by the caller: the kernel that fused them could not be written"
 
 
 def _aligned_masks(graph: Graph, steps: list, strides: dict[str, tuple[int, ...]]) -> None:
@@ -105,6 +125,7 @@ def _kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kernel]:
                 pointwise[key] = PointwiseKernel(0, stage[name], node.meta.shape, [])
             pointwise[key].stores.append(name)
     kernels = [k for k in reductions.values() if k.stores] + list(pointwise.values())
+    kernels += scatter.kernels(graph, kinds, stage)  # a kernel of atomic adds a scatter (plan/scatter.py)
     kernels.sort(key=lambda k: (k.stage, graph.order.index(k.stores[0])))
     return [replace(k, index=i) for i, k in enumerate(kernels)]
 
@@ -187,7 +208,7 @@ def _filled(graph: Graph, kernel: Kernel, kinds, stage_of, materialized) -> Kern
         seen.add(name)
         if _is_loadable(name, kernel.stage, kinds, stage_of, materialized):
             continue
-        stack += graph[name].inputs()
+        stack += scatter.operands(graph, kinds, name)  # (a scatter's filled `self` is not read)
     nodes = [n for n in graph.order if n in seen and not _is_loadable(n, kernel.stage, kinds, stage_of, materialized)]
     loads = [n for n in graph.order if n in seen and n not in nodes]
     return replace(kernel, nodes=nodes, loads=loads, op_names=[graph[n].op_name for n in nodes])

@@ -12,6 +12,7 @@ from minicomp.lowering import ops
 from minicomp.lowering.layout import output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
+from minicomp.plan import scatter
 from minicomp.plan.reduction_space import ReductionSpace
 from minicomp.plan.steps import Refusal
 
@@ -52,6 +53,21 @@ def _views_between_externs(graph: Graph, kinds, reasons) -> None:
         if name in chain and (all(kinds[u] is NodeKind.EXTERN for u in users) if users else name in fresh):
             if users or name in outputs:
                 kinds[name], reasons[name] = NodeKind.EXTERN, "a view of an ATen result read only by ATen calls"
+    for name in graph.order:  # a view of a value a kernel writes in other strides than its meta's is computed too
+        if (
+            name in chain
+            and kinds[name] is NodeKind.EXTERN
+            and any(_rewritten(graph, kinds, i) for i in graph[name].inputs())
+        ):
+            kinds[name] = NodeKind.VIEW
+            reasons.pop(name, None)
+
+
+def _rewritten(graph: Graph, kinds, name: str) -> bool:
+    """Does a kernel write `name` in other strides than its meta's (an expanded value, written
+    dense)? An ATen view of it would then not have the strides its own meta promises."""
+    meta = graph[name].meta
+    return kinds[name].computed and isinstance(meta, TensorMeta) and output_strides(meta) != meta.stride
 
 
 def _view_chain(graph: Graph, kinds) -> tuple[set[str], set[str]]:
@@ -66,8 +82,9 @@ def _view_chain(graph: Graph, kinds) -> tuple[set[str], set[str]]:
         if kinds[name] in (NodeKind.INPUT, NodeKind.EXTERN) or name in chain:
             return True
         meta = graph[name].meta
-        # a clone is written like any computed value
-        computed = kinds[name] is not NodeKind.VIEW or graph[name].op_name in COPIES
+        # a clone, a cat or a pad is written like any computed value
+        op = graph[name].op_name
+        computed = kinds[name] is not NodeKind.VIEW or op in COPIES or op in ops.INDEXED
         return computed and isinstance(meta, TensorMeta) and output_strides(meta) == meta.stride
 
     for name in graph.order:
@@ -104,31 +121,41 @@ def _rides_in_row_kernel(graph: Graph, name: str) -> bool:
     return name in graph.grouped or any(u in graph.grouped for u in graph.users(name))
 
 
-def assign_stages(graph: Graph, kinds) -> tuple[dict[str, int], dict[str, ReductionSpace], list[Refusal]]:
-    """(stage of each node, the reduction space of each node in a reduction kernel, refusals)."""
+def assign_stages(
+    graph: Graph, kinds, cut: frozenset[tuple[str, str]] = frozenset()
+) -> tuple[dict[str, int], dict[str, ReductionSpace], list[Refusal]]:
+    """(stage of each node, the reduction space of each node in a reduction kernel, refusals).
+    `cut`: (value of a reduction kernel, user) edges that must cross a kernel boundary (fusion.py says why)."""
     stage: dict[str, int] = {}
     space: dict[str, ReductionSpace] = {}
     refusals: list[Refusal] = []
     for name in graph.order:
         kind, inputs = kinds[name], graph[name].inputs()
-        s = max((stage[i] for i in inputs), default=0)
+        s = max((scatter.input_stage(kinds, stage, i) for i in inputs), default=0)
+        if kind is NodeKind.SCATTER:  # a kernel of its own: plan/scatter.py
+            stage[name], why = scatter.stage_of(graph, kinds, name, stage, space)
+            refusals += [why] if why else []
+            continue
         if kind in (NodeKind.INPUT, NodeKind.EXTERN):
             stage[name] = 0 if kind is NodeKind.INPUT else s + 1
             continue
         reading = {space[i]: i for i in inputs if stage[i] == s and i in space}
         mine = space_of(graph, name) if kind is NodeKind.REDUCTION else next(iter(reading), None)
         fits = mine is None or _fits(graph, name, mine)
-        if set(reading) <= ({mine} if mine else set()) and fits:
+        severed = any((i, name) in cut for i in inputs if stage[i] == s and i in space)
+        if set(reading) <= ({mine} if mine else set()) and fits and not severed:
             stage[name] = s
         else:  # a kernel boundary: what it reads of stage s is written by then
             stage[name] = s + 1
-            other = next(i for sp, i in reading.items() if sp != mine or not fits)
-            refusals.append(Refusal(other, name, _boundary_reason(graph, name, kind, other, space[other], mine, fits)))
+            if not severed:  # a cut edge's refusal is fusion.py's, which knows the index
+                other = next(i for sp, i in reading.items() if sp != mine or not fits)
+                reason = _boundary_reason(graph, name, kind, other, space[other], mine, fits)
+                refusals.append(Refusal(other, name, reason))
             if kind is not NodeKind.REDUCTION:
                 mine = None
         if mine is not None:
             space[name] = mine
-    _sink(graph, stage, space)
+    _sink(graph, stage, space, cut)
     return stage, space, refusals
 
 
@@ -154,7 +181,7 @@ def _boundary_reason(graph: Graph, name: str, kind, other: str, theirs: Reductio
     )
 
 
-def _sink(graph: Graph, stage, space) -> None:
+def _sink(graph: Graph, stage, space, cut: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Move reductions that wait for nothing to the latest stage of their space they can join:
     cross-entropy's count of non-ignored targets goes into the kernel of its final sum."""
     groups: dict[tuple, list[str]] = {}
@@ -169,7 +196,10 @@ def _sink(graph: Graph, stage, space) -> None:
         users = {u for m in members for u in graph.users(m)} - set(members)
         # a user at the target stage must be in that kernel: an extern of the stage runs before
         # its kernels, and another kernel of the stage cannot read what this one writes
-        if all(stage[u] > target or (stage[u] == target and space.get(u) == sp) for u in users):
+        # (not across a cut edge: that user reads the reduction from memory)
+        if all(stage[u] > target or (stage[u] == target and space.get(u) == sp) for u in users) and not any(
+            (m, u) in cut for m in members for u in users
+        ):
             for m in members:
                 stage[m] = target
             groups.setdefault((target, sp), []).extend(members)
@@ -180,6 +210,7 @@ def materialized(graph: Graph, kinds, stage, space) -> set[str]:
     needed = {n for n in graph.order if not kinds[n].computed}
     needed |= {o for o in graph.outputs if isinstance(o, str)}
     needed |= {src for _, src in graph.mutations}
+    needed |= scatter.materialized(graph, kinds)  # a scatter's result and a value copied into it
     for name in graph.order:
         if kinds[name] is NodeKind.EXTERN:
             needed |= set(graph[name].inputs())

@@ -90,6 +90,29 @@ class ReductionKernel(Kernel):
 
 
 @dataclass
+class ScatterKernel(Kernel):
+    """One scatter-accumulate node (`stores[0]`: index_put with accumulate, scatter_add;
+    lowering/ops/scatters.py): walks its values' space `shape`, computing each value (its
+    producers inlined) and adding it atomically into the output at the element its index tensors
+    name. The output starts as `fill` (its `self` is a constant `full`: the wrapper allocates it
+    filled) or as a copy of `base`, which the kernel's stage reads from memory (plan/scatter.py)."""
+
+    fill: float | int | bool | None = None
+    base: str | None = None
+
+    @property
+    def name(self) -> str:
+        """mc_scatter_<its op, then the ops it computes, five>_<index>."""
+        ops = self.op_names[-1:] + self.op_names[:-1]  # the scatter is the last of its nodes
+        words = [op.strip("_") for op in dict.fromkeys(ops)]
+        return f"mc_scatter_{'_'.join(words[:6])}_{self.index}"
+
+    def headline(self) -> str:
+        start = f"a copy of {self.base}" if self.base else f"filled with {self.fill!r}"
+        return f"kernel {self.name}  stage {self.stage}  scatter-add over {list(self.shape)} into {start}"
+
+
+@dataclass
 class Extern:
     """An ATen call in the generated wrapper."""
 

@@ -1,9 +1,10 @@
 """Runtime: what a generated module imports and what loads it. Never the compiler.
 
 launch.py          Launch: one kernel's launches, coordinating the modules below
-launch_spec.py     PointwiseLaunch, CombinedLaunch, ReductionLaunch: a kernel kind's grid and configurations
+launch_spec.py     Pointwise-, Combined-, Reduction-, ScatterLaunch: a kernel kind's grid and configurations
 launch_configs.py  the configurations a kernel is launched with and tuned over
 tuning.py          which configuration the first call takes: heuristic, remembered or timed
+matmul_timing.py   a matmul timed as planned and padded: does padding pay on this GPU
 records.py         a kernel's records on disk: its compiled binaries and its tuning choice
 ahead.py           compiling a kernel ahead of its first call
 binding.py         a compiled kernel bound to its C launcher: the call path once compiled
@@ -17,7 +18,7 @@ checks.py          device-side asserts in kernels (bounds, division by zero): ra
 
 from minicomp.runtime.externs import ExternMismatch, aligned, conform
 from minicomp.runtime.launch import Launch, Reentered, interpreting
-from minicomp.runtime.launch_spec import CombinedLaunch, PointwiseLaunch, ReductionLaunch
+from minicomp.runtime.launch_spec import CombinedLaunch, PointwiseLaunch, ReductionLaunch, ScatterLaunch
 from minicomp.runtime.loader import forget_loaded, load, module_name, module_path, source_hash
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "PointwiseLaunch",
     "ReductionLaunch",
     "Reentered",
+    "ScatterLaunch",
     "interpreting",
     "forget_loaded",
     "load",

@@ -102,6 +102,21 @@ class CombinedLaunch(_Elements):
 
 
 @dataclass(frozen=True, repr=False)
+class ScatterLaunch(_Elements):
+    """A scatter kernel (codegen/scatter.py): `numel` values added atomically into its output.
+    Never tuned by timing: every timed run would add them into the output once more."""
+
+    numel: int
+    parts: int = 1
+
+    def grid(self, block: int) -> int:
+        return -(-self.numel // block)
+
+    def tuned(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, repr=False)
 class ReductionLaunch(_Spec):
     """A reduction kernel: `rows` rows of `extent` elements, `rblock` of a row in a program's tile;
     launched over rows, XBLOCK of them a program. A grouped one has `groups` programs, each taking
@@ -143,4 +158,4 @@ class ReductionLaunch(_Spec):
         return reduction_candidates(self.program_rows, self.rblock)
 
 
-LaunchSpec = PointwiseLaunch | CombinedLaunch | ReductionLaunch
+LaunchSpec = PointwiseLaunch | CombinedLaunch | ReductionLaunch | ScatterLaunch

@@ -192,3 +192,35 @@ def test_mask_strides_rule():
     assert mask_strides((2, 1, 3, 16), (48, 48, 16, 1)) is None  # already aligned
     assert mask_strides((2, 4, 3, 5), (5, 0, 0, 1)) == (24, 0, 8, 1)  # an expanded head dim stays so
     assert mask_strides((2, 3, 5), (1, 2, 6)) == (24, 8, 1)  # last dim not contiguous
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        lambda y: y.sum(),  # the tangent of a sum: a scalar expanded, read by a kernel and (permuted) by mm
+        lambda y: y.mean(),
+        lambda y: y.sum() * 3,
+    ],
+)
+def test_an_aten_view_of_a_value_a_kernel_writes_densely(device, loss):
+    # the backward's expand of the scalar tangent is written dense by a kernel (a relu's backward
+    # reads it too); an ATen permute of that buffer is not the (0, 0)-strided view its meta says
+    torch.manual_seed(0)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            return loss(self.lin(x.relu()))
+
+    model = Model().to(device)
+    x = torch.randn(2, 5, 8, device=device, requires_grad=True)
+    for compiled in (minicomp.jit(model, fallback="raise"), torch.compile(model, backend="minicomp")):
+        x.grad = model.lin.weight.grad = None
+        compiled(x).backward()
+        got = (x.grad.clone(), model.lin.weight.grad.clone())
+        x.grad = model.lin.weight.grad = None
+        model(x).backward()
+        torch.testing.assert_close(got, (x.grad, model.lin.weight.grad))

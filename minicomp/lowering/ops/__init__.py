@@ -12,7 +12,8 @@ Three tables of rules, by ATen op name (the overload packet, "add"):
 
 Reductions (sum, mean, amax, ... in reductions.py) are their own `NodeKind`: the
 plan gives them a reduction kernel, which inlines their producers and fuses
-the consumers that broadcast their result back.
+the consumers that broadcast their result back. Scatter-accumulates (index_put with
+accumulate, scatter_add: scatters.py) are another: a kernel of atomic adds each.
 
 Anything else is an extern: it runs as an ATen call in the generated wrapper.
 `classify` says which (`NodeKind`).
@@ -27,7 +28,7 @@ from enum import Enum
 import torch
 
 from minicomp.ir import Graph, Node, TensorMeta, dtypes
-from minicomp.lowering.ops import pointwise, reductions, views  # noqa: F401  (registers the rules)
+from minicomp.lowering.ops import pointwise, reductions, scatters, views  # noqa: F401  (registers the rules)
 from minicomp.lowering.ops.core import INDEXED, POINTWISE, SPECIAL_SUPPORT, VIEWS, Op, Value, bind, bitcast, cast
 from minicomp.lowering.ops.reductions import REDUCERS, Reduction
 
@@ -57,6 +58,7 @@ class NodeKind(Enum):
     POINTWISE = "pointwise"  # an expression of its operands at the same index, inside any kernel
     VIEW = "view"  # an index rewrite (or a masked gather) before a load, inside any kernel
     REDUCTION = "reduction"  # computed by a reduction kernel
+    SCATTER = "scatter"  # computed by a scatter kernel (atomic adds at indexes a tensor holds)
     EXTERN = "extern"  # an ATen call in the generated wrapper
 
     def __str__(self) -> str:
@@ -69,8 +71,8 @@ class NodeKind(Enum):
 
     @property
     def computed(self) -> bool:
-        """Is a node of this kind computed by a kernel (fusible nodes and reductions)?"""
-        return self in (NodeKind.POINTWISE, NodeKind.VIEW, NodeKind.REDUCTION)
+        """Is a node of this kind computed by a kernel (fusible nodes, reductions and scatters)?"""
+        return self in (NodeKind.POINTWISE, NodeKind.VIEW, NodeKind.REDUCTION, NodeKind.SCATTER)
 
 
 def classify(node: Node, graph: Graph) -> tuple[NodeKind, str]:
@@ -88,6 +90,8 @@ def classify(node: Node, graph: Graph) -> tuple[NodeKind, str]:
         if name in VIEWS or name in INDEXED
         else NodeKind.REDUCTION
         if name in REDUCERS
+        else NodeKind.SCATTER
+        if name in scatters.SCATTERS
         else None
     )
     if kind is None:
@@ -107,5 +111,7 @@ def classify(node: Node, graph: Graph) -> tuple[NodeKind, str]:
     if name in SPECIAL_SUPPORT and not SPECIAL_SUPPORT[name](node, graph):
         return NodeKind.EXTERN, f"aten.{name} with these arguments has no in-kernel lowering"
     if kind is NodeKind.REDUCTION and (why := reductions.supported(node, graph)):
+        return NodeKind.EXTERN, why
+    if kind is NodeKind.SCATTER and (why := scatters.unsupported(node, graph)):
         return NodeKind.EXTERN, why
     return kind, ""

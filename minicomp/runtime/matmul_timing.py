@@ -1,0 +1,108 @@
+"""Timing a matmul as planned against its padded form: does padding its sizes pay on this GPU?
+
+cuBLAS picks its fast kernels only for operands whose leading dimensions are
+multiples of 16 bytes; a vocabulary of 50257 rows puts GPT-2's projection and
+both its gradients on `align1` kernels several times slower than the padded
+shapes' (plan/pad_matmuls.py has the numbers). The plan asks `padding_pays`
+once per shape; the answer is remembered in the tuning cache, so a warm process
+measures nothing.
+
+    Operand = (shape, stride, copied)      copied: the padded form needs a pad kernel that
+                                           no fused kernel writes for free (a graph input)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import statistics
+
+import torch
+
+from minicomp import logs
+from minicomp.runtime import cache
+
+TIMED_RUNS = 10
+MATMULS = {"mm": torch.mm, "bmm": torch.bmm}
+
+Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, stride)
+
+
+def padding_pays(
+    op: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    plain: tuple[Layout, Layout],
+    padded: tuple[Layout, Layout],
+    copies: list[Layout],
+) -> bool:
+    """Is `op` (mm or bmm) on operands laid out as `padded`, plus a pad of each of `copies` (the
+    unpadded operands that must be copied), faster than on `plain`? Measured once per shape on
+    this GPU and remembered; False when the measurement cannot run (out of memory)."""
+    path = cache.file("tuning", f"pad_{_key(op, dtype, device, plain, padded, copies)}.json")
+    record = cache.read_record(path)
+    if record is not None and isinstance(record.get("pays"), bool):
+        return record["pays"]
+    try:
+        with _real_tensors():
+            before = _time_matmul(op, dtype, device, plain)
+            after = _time_matmul(op, dtype, device, padded) + sum(_time_pad(dtype, device, c) for c in copies)
+    except torch.OutOfMemoryError:
+        logs.fusion.info("padding %s %s not measured (out of memory): not padded", op, plain)
+        return False
+    pays = after < 0.95 * before
+    logs.fusion.info(
+        "%s %s -> %s: %.3f ms plain, %.3f ms padded (pads included): %s",
+        op,
+        [s for s, _ in plain],
+        [s for s, _ in padded],
+        before,
+        after,
+        "padded" if pays else "kept",
+    )
+    cache.write_record(path, {"pays": pays, "plain_ms": before, "padded_ms": after})
+    return pays
+
+
+@contextlib.contextmanager
+def _real_tensors():
+    """Real CUDA tensors and kernels, whatever traces around the compile (AOTAutograd compiles a
+    forward under its fake-tensor and functionalization modes: an mm there runs nothing, and the
+    events would time Python)."""
+    from torch.utils._mode_utils import no_dispatch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), no_dispatch(), torch.no_grad():
+        yield
+
+
+def _key(*parts) -> str:
+    text = "\n".join([repr(parts), torch.cuda.get_device_name(parts[2]), torch.__version__])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _operand(layout: Layout, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    shape, stride = layout
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0)
+    return torch.randn(span, dtype=dtype, device=device).as_strided(shape, stride)
+
+
+def _time_matmul(op: str, dtype, device, layouts: tuple[Layout, Layout]) -> float:
+    a, b = (_operand(layout, dtype, device) for layout in layouts)
+    return _median_ms(lambda: MATMULS[op](a, b))
+
+
+def _time_pad(dtype, device, layout: Layout) -> float:
+    x = _operand(layout, dtype, device)
+    return _median_ms(lambda: torch.nn.functional.pad(x, [0, 8]))
+
+
+def _median_ms(run) -> float:
+    run()  # cuBLAS's heuristics and workspace, outside the timed runs
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(TIMED_RUNS)]
+    for start, end in events:
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
