@@ -69,6 +69,7 @@ class ClosedOver(TorchFunctionMode):
         for value in pytree.tree_leaves((args, kwargs)):
             if isinstance(value, torch.Tensor) and _is_real(value):
                 self.tensors.setdefault(id(value), value)
+        func = _CHECKED.get(func, func)
         try:
             return func(*args, **kwargs)
         except Exception as err:
@@ -112,6 +113,21 @@ _INDEXING = frozenset(
 )
 
 
+def _one_hot(tensor, num_classes=-1):
+    """F.one_hot as a scatter of ones into zeros, whose kernel checks each value as eager does
+    (lowering's scatter rule raises for one outside [0, num_classes)). ATen's one_hot skips its
+    checks on a traced tensor (it is an `eq` with an arange there): a value out of range gave a
+    row of zeros. What eager decides from the values (num_classes=-1) or rejects stays ATen's."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64 or num_classes <= 0:
+        return torch.nn.functional.one_hot(tensor, num_classes)
+    zeros = torch.zeros((*tensor.shape, num_classes), dtype=torch.int64, device=tensor.device)
+    return zeros.scatter(-1, tensor.unsqueeze(-1), 1)
+
+
+# ops whose traced form drops a check eager makes on values -> a form that keeps it
+_CHECKED = {torch.nn.functional.one_hot: _one_hot}
+
+
 def _fails_on_values(func, args) -> bool:
     """An op that indexes by tensor values (`x[idx]`, gather, embedding): eager may raise for them."""
     if getattr(func, "__name__", "") not in _INDEXING:
@@ -129,8 +145,9 @@ _PACKAGES = tuple(os.path.join(path, "") for path in (Path(torch.__file__).paren
 
 
 def _inside_a_try() -> bool:
-    """Whether the user's code calling torch now runs inside a try block of its own (one with an
-    except or finally: a `with` block's cleanup does not count), in any of its frames."""
+    """Whether the user's code calling torch now runs inside a try block of its own that may end
+    an exception (an except, a finally that returns: a plain finally or a `with` block's cleanup
+    does not count), in any of its frames."""
     frame, users = sys._getframe(2), False
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -154,8 +171,24 @@ def _catches(code, lasti: int) -> bool:
         if entry.start <= lasti < entry.end:
             ops = code.co_code
             with_block = entry.target + 2 < len(ops) and ops[entry.target + 2] == dis.opmap["WITH_EXCEPT_START"]
-            return ops[entry.target] == dis.opmap["PUSH_EXC_INFO"] and not with_block
+            return ops[entry.target] == dis.opmap["PUSH_EXC_INFO"] and not with_block and _handles(code, entry.target)
     return False
+
+
+def _handles(code, target: int) -> bool:
+    """Whether the handler at `target` may end the exception: an `except` (it matches or pops the
+    exception) or a `finally` that returns; a plain `finally` (transformers wraps every model's
+    forward in one) runs its cleanup and raises the exception again."""
+    import dis
+
+    for ins in dis.get_instructions(code):
+        if ins.offset < target:
+            continue
+        if ins.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH", "POP_EXCEPT", "RETURN_VALUE", "RETURN_CONST"):
+            return True
+        if ins.opname == "RERAISE":
+            return False
+    return True
 
 
 # what the tracers raise where only tensor values (or make_fx) could go on; by name, so that

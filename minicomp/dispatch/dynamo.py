@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 
 import torch
 from functorch.compile import make_boxed_func
@@ -44,6 +45,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict):
         if role == "forward":
             forward["gm"] = gm
         backward = role == "backward" and "gm" in forward
+        if backward:
+            forward["bw_gm"] = gm  # (a double backward runs both graphs eagerly: _eager_backward)
         saved = saved_activations(forward["gm"], gm) if backward else frozenset()
 
         def fail(err: Exception) -> None:
@@ -126,16 +129,109 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
         partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
         decompositions=capture.decompositions(),
     )
-    with _backward_with_forward(), tangents_like_outputs():
-        return compile_both(gm, example_inputs)
+    with _backward_with_forward(), tangents_like_outputs(), _autograd_functions() as built:
+        compiled = compile_both(gm, example_inputs)
+    for function in built:
+        _differentiable_backward(function, forward)
+        if getattr(getattr(function, "metadata", None), "bw_donated_idxs", []) is None:
+            function.metadata.bw_donated_idxs = []  # none donated (_backward_with_forward): retain_graph works
+    return compiled
+
+
+@contextlib.contextmanager
+def _autograd_functions():
+    """The autograd.Function classes AOTAutograd builds meanwhile on this thread (one for a graph
+    that needs gradients). None on a torch without the factory: a double backward then raises
+    AOTAutograd's own error, as before."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    factory = getattr(runtime_wrappers, "_AOTDispatchAutogradFunctionFactory", None)
+    built: list = []
+    if factory is None or not hasattr(factory, "build"):
+        yield built
+        return
+    build, thread = factory.build, threading.get_ident()
+
+    def recording(self):
+        function = build(self)
+        if threading.get_ident() == thread:  # (not another thread's compile meanwhile)
+            built.append(function)
+        return function
+
+    factory.build = recording
+    try:
+        yield built
+    finally:
+        factory.build = build
+
+
+def _differentiable_backward(function, forward: dict) -> None:
+    """A double backward (`torch.autograd.grad(..., create_graph=True)`, then a gradient of that
+    gradient) through AOTAutograd's `function`, right: AOTAutograd's compiled backward is not
+    differentiable (it raised its internal error, or its gradients hung off a dummy input and
+    the second gradient came back None). A backward with grad mode on runs the ATen forward and
+    backward graphs eagerly instead, from the call's inputs, so that autograd records them; a
+    plain backward stays the compiled one. Each call keeps its inputs (a reference on its
+    autograd node, dropped by a backward that frees the graph: about 0.1 us a call)."""
+    names = ("_fwd_fn", "_backward_impl", "_double_backward", "_bw_epilogue_fn")
+    if not all(hasattr(function, name) for name in names):
+        return
+    run_forward, run_backward = function._fwd_fn, function._backward_impl
+
+    def keeping_inputs(ctx, args, *rest):
+        ctx._minicomp_inputs = args
+        return run_forward(ctx, args, *rest)
+
+    def releasing_inputs(ctx, all_args):
+        if not torch._C._autograd._get_current_graph_task_keep_graph():
+            ctx._minicomp_inputs = None
+        return run_backward(ctx, all_args)
+
+    def double_backward(ctx, impl_fn, all_args):
+        return function._bw_epilogue_fn(_eager_backward(ctx, all_args, forward))
+
+    function._fwd_fn = keeping_inputs
+    function._backward_impl = staticmethod(releasing_inputs)
+    function._double_backward = staticmethod(double_backward)
+
+
+def _eager_backward(ctx, all_args: list, forward: dict) -> list:
+    """The gradients of one call (`all_args`: the backward graph's inputs, saved values then
+    tangents), computed by the ATen graphs run eagerly with grad mode on: the forward graph
+    from the call's inputs (what the backward reads of it then depends on them), then the
+    backward graph. A graph drawing random numbers raises a one-line reason."""
+    fw_gm, bw_gm = forward.get("gm"), forward.get("bw_gm")
+    inputs = getattr(ctx, "_minicomp_inputs", None)
+    fw_inputs = [n.name for n in fw_gm.graph.nodes if n.op == "placeholder"] if fw_gm is not None else []
+    why = None
+    if bw_gm is None or inputs is None or len(inputs) != len(fw_inputs):
+        why = "its graphs or the call's inputs are not at hand"
+    elif any(torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()) for n in fw_gm.graph.nodes):
+        why = "it draws random numbers, which running it again would draw anew"
+    if why is not None:
+        raise RuntimeError(f"minicomp cannot differentiate the compiled backward (create_graph=True) here: {why}")
+    with torch.enable_grad():
+        computed = fw_gm(*inputs)
+    outputs = next(n for n in fw_gm.graph.nodes if n.op == "output").args[0]
+    values = dict(zip(fw_inputs, inputs))
+    values.update((n.name, v) for n, v in zip(outputs, computed) if isinstance(n, torch.fx.Node))
+    names = [n.name for n in bw_gm.graph.nodes if n.op == "placeholder"]
+    args = [values.get(name, arg) if not name.startswith("tangents") else arg for name, arg in zip(names, all_args)]
+    with torch.enable_grad():
+        return list(bw_gm(*args))
 
 
 def _backward_with_forward():
     """AOTAutograd compiles the backward when the forward is compiled, not at the first backward:
     its kernels then compile (in threads, launch.py `prepare`) while the forward runs, instead of
-    after it. (A torch without the setting compiles it at the first backward.)"""
+    after it. (A torch without the setting compiles it at the first backward.) And no donated
+    buffers: minicomp reuses none of them, and AOTAutograd refused a backward with
+    `retain_graph=True` (or `create_graph=True`) for a graph that has some."""
     import torch._functorch.config as functorch_config
 
-    if not hasattr(functorch_config, "force_non_lazy_backward_lowering"):
-        return contextlib.nullcontext()
-    return functorch_config.patch(force_non_lazy_backward_lowering=True)
+    settings = {
+        name: value
+        for name, value in (("force_non_lazy_backward_lowering", True), ("donated_buffer", False))
+        if hasattr(functorch_config, name)
+    }
+    return functorch_config.patch(**settings) if settings else contextlib.nullcontext()

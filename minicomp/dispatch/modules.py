@@ -92,13 +92,16 @@ class ModuleContext:
             if name not in _INTERNAL
         ]
         held = Held(attributes + list(zip(self.reads.names(), self.reads.values())))
-        return modules, self.state(), held
+        return modules, self.state(), held, _hooks(modules)
 
     def changed(self, before) -> str | None:
-        modules, state, held = before
+        modules, state, held, hooks = before
         inside = held.changed()  # a list attribute appended to, a config object's counter
         if inside is not None:
             return inside
+        for m, name, table, entries in hooks:
+            if list(table.items()) != entries:
+                return f"the {name} of its {type(m).__name__}"
         if self.state() == state:
             return None
         for m, attrs in modules:
@@ -112,6 +115,21 @@ class ModuleContext:
         for m, attrs in before[0]:
             _put_back(vars(m), attrs)  # an attribute another thread set stays
         before[2].restore()
+        for _, _, table, entries in before[3]:  # a hook the trace registered (transformers' output capture)
+            if list(table.items()) != entries:
+                table.clear()
+                table.update(entries)
+
+
+def _hooks(modules) -> list[tuple]:
+    """(module, name, its hook table, the table's entries) of every hook table of `modules`: an
+    OrderedDict the trace may register a hook in, which `Held` (plain containers only) does not copy."""
+    return [
+        (m, name, attrs[name], list(attrs[name].items()))
+        for m, attrs in modules
+        for name in _HOOKS + ("_backward_hooks", "_backward_pre_hooks")
+        if isinstance(attrs.get(name), dict)
+    ]
 
 
 def _module_key(m: torch.nn.Module) -> tuple:

@@ -11,10 +11,14 @@ eagerly, so the change happens once per call, as in eager.
 
 from __future__ import annotations
 
+import dis
 import operator
+import os
 import sys
 import threading
 import types
+
+import torch
 
 from minicomp import guards
 from minicomp.guards import SideEffect, reads, state_key
@@ -135,7 +139,10 @@ class Held:
     """What mutable values hold (a list's items, a dict's or an object's entries), copied one
     level deep before a trace: a trace that appends to a global list or bumps a counter in a
     config object changed them, and compiled code would not repeat that. `changed` names the
-    first such value; `restore` puts the items back (eager then applies the change once)."""
+    first such value; `restore` puts back what the trace changed (eager then applies the change
+    once). Where other threads run, only the trace's own writes count (`_Writes`): another
+    thread's appends, `+=`, `d[k] = v` or attribute writes meanwhile are neither a side effect
+    of the trace nor undone."""
 
     def __init__(self, named_values):
         self.held = [(name, value, _contents(value)) for name, value in named_values]
@@ -156,10 +163,8 @@ class Held:
     def restore(self) -> None:
         self.stop()
         for _, value, contents in self.held:
-            if self.writes is not None and isinstance(value, list) and _appended_to(value, contents):
-                self.writes.undo_appends(value)  # another thread's appends stay
-            elif self.writes is not None and not self.writes.by_trace(value, contents):
-                continue  # another thread's change
+            if self.writes is not None:
+                self.writes.undo(value, contents)
             elif isinstance(value, list):
                 value[:] = contents
             else:
@@ -169,17 +174,24 @@ class Held:
 
 
 class _Writes:
-    """The calls the tracing thread makes to a held list's, dict's or set's own methods
-    (`LOG.append(y)`, `CACHE.update(...)`), recorded with sys.setprofile (this thread alone) while
-    other threads run: what changed and was not the trace's, another thread's append to a list
-    the function reads, is neither a side effect of the trace nor put back. A list's trace
-    appends are undone one by one; what other threads appended stays."""
+    """The tracing thread's own writes to held values, while other threads run (recorded for this
+    thread alone): the calls it makes to a held list's, dict's or set's own methods and to
+    `setattr`/`delattr` (sys.setprofile), and the bytecodes of the user's frames that write in
+    place (`d[k] = v`, `del d[k]`, `obj.n = v`, `L += [...]`, `S |= {...}`: sys.settrace's
+    opcode events). Each is bracketed by copies of the held values, so a write is known by what
+    it changed: the items a list gained at its end, the keys of a dict or an object, the items
+    of a set. Another thread's changes meanwhile are in none of these, and stay. Where a tracer
+    is set already (a debugger, coverage), bytecodes are not followed: a dict's or an object's
+    change then counts as the trace's, as a single thread's would."""
 
     def __init__(self, held):
-        self.ids = {id(value) for _, value, _ in held if isinstance(value, (list, dict, set))}
-        self.touched: set[int] = set()  # containers the trace called a method of, other than append/extend
+        self.values = {id(value): value for _, value, _ in held}
+        self.touched: set[int] = set()  # lists the trace changed other than at their end
         self.appended: dict[int, list] = {}  # a list's id -> the items the trace appended
-        self._pending: list = []
+        self.keys: dict[int, set] = {}  # a dict's, set's or object's id -> the keys (items) the trace wrote
+        self.opcodes = False  # bytecodes followed (else dicts' and objects' changes all count)
+        self._calls: list = []  # (callable, copies) of the calls under way that may write
+        self._op: tuple | None = None  # (frame, copies) of a writing bytecode under way
         self._thread = threading.get_ident()
 
     @classmethod
@@ -189,37 +201,116 @@ class _Writes:
         if threading.active_count() < 2 or sys.getprofile() is not None:
             return None
         writes = cls(held)
-        if not writes.ids:
+        if not writes.values:
             return None
         sys.setprofile(writes._event)
+        if sys.gettrace() is None:
+            writes.opcodes = True
+            sys.settrace(writes._call)
         return writes
 
     def stop(self) -> None:
-        if threading.get_ident() == self._thread and sys.getprofile() == self._event:
+        if threading.get_ident() != self._thread:
+            return
+        if sys.getprofile() == self._event:
             sys.setprofile(None)
+        if sys.gettrace() == self._call:
+            sys.settrace(None)
+        if self._op is not None:
+            self._record(self._op[1])
+            self._op = None
+        while self._calls:
+            self._record(self._calls.pop()[1])
 
+    # -- recording ----------------------------------------------------------------------
     def _event(self, frame, event, arg) -> None:
         if event == "c_call":
             owner = getattr(arg, "__self__", None)
-            if id(owner) in self.ids:
-                name = arg.__name__
-                if name in ("append", "extend") and isinstance(owner, list):
-                    self._pending.append((owner, len(owner)))
-                elif name not in _READING_METHODS:
-                    self.touched.add(id(owner))
-        elif event == "c_return" and self._pending:
-            owner = getattr(arg, "__self__", None)
-            if self._pending[-1][0] is owner:
-                owner, start = self._pending.pop()
-                items = owner[-1:] if arg.__name__ == "append" else owner[start:]
-                self.appended.setdefault(id(owner), []).extend(items)
+            if (id(owner) in self.values and arg.__name__ not in _READING_METHODS) or arg in _SETTERS:
+                self._calls.append((arg, self._copies()))
+        elif event in ("c_return", "c_exception") and self._calls and self._calls[-1][0] is arg:
+            self._record(self._calls.pop()[1])
 
+    def _call(self, frame, event, arg):
+        """sys.settrace's: the user's frames are followed bytecode by bytecode (torch's and
+        minicomp's are not: they write no user state, and they are most of a trace)."""
+        if frame.f_code.co_filename.startswith(_PACKAGES):
+            return None
+        frame.f_trace_opcodes = True
+        return self._step
+
+    def _step(self, frame, event, arg):
+        if self._op is not None and self._op[0] is frame:
+            self._record(self._op[1])
+            self._op = None
+        if event == "opcode":
+            code = frame.f_code.co_code
+            op = code[frame.f_lasti]
+            if op in _WRITE_OPS or (op == _BINARY_OP and code[frame.f_lasti + 1] in _INPLACE_ARGS):
+                self._op = (frame, self._copies())
+        return self._step
+
+    def _copies(self) -> dict:
+        return {key: _contents(value) for key, value in self.values.items()}
+
+    def _record(self, before: dict) -> None:
+        """What changed since `before` (the copies taken before a write): the trace's. (Never
+        raises: an error here would surface in the user's frame.)"""
+        try:
+            self._changes(before)
+        except Exception:  # noqa: BLE001 - then every change counts as the trace's, as before
+            self.opcodes = False
+            self.touched.update(key for key, value in self.values.items() if isinstance(value, list))
+
+    def _changes(self, before: dict) -> None:
+        for key, value in self.values.items():
+            old = before[key]
+            if _same_contents(value, old):
+                continue
+            if isinstance(value, list):
+                if _appended_to(value, old) and key not in self.touched:
+                    self.appended.setdefault(key, []).extend(value[len(old) :])
+                else:
+                    self.touched.add(key)
+            elif isinstance(value, set):
+                self.keys.setdefault(key, set()).update(value ^ old)
+            else:
+                entries = value if isinstance(value, dict) else vars(value)
+                written = {k for k in set(entries) | set(old) if entries.get(k, _Writes) is not old.get(k, _Writes)}
+                self.keys.setdefault(key, set()).update(written)
+
+    # -- judging and undoing ------------------------------------------------------------
     def by_trace(self, value, contents) -> bool:
-        """Whether the trace may have made the change to `value` (dicts, sets, objects: written by
-        `d[k] = v` or `obj.n += 1`, which no call shows, so any change counts)."""
-        if isinstance(value, list) and _appended_to(value, contents):
-            return id(value) in self.appended or id(value) in self.touched
-        return not isinstance(value, (list, set)) or id(value) in self.touched or id(value) in self.appended
+        """Whether the trace made a change to `value` that is still there."""
+        key = id(value)
+        if isinstance(value, list):
+            return key in self.touched or (key in self.appended and _appended_to(value, contents))
+        if not self.opcodes and not isinstance(value, set):
+            return True  # a `d[k] = v` or `obj.n = v` shows in no call: any change counts
+        if isinstance(value, set):
+            return any((item in value) != (item in contents) for item in self.keys.get(key, ()))
+        entries = value if isinstance(value, dict) else vars(value)
+        return any(entries.get(k, _Writes) is not contents.get(k, _Writes) for k in self.keys.get(key, ()))
+
+    def undo(self, value, contents) -> None:
+        """Put back what the trace changed in `value`; another thread's changes stay."""
+        key = id(value)
+        if isinstance(value, list):
+            if key in self.touched:
+                value[:] = contents
+            else:
+                self.undo_appends(value)
+        elif isinstance(value, set):
+            for item in self.keys.get(key, ()):
+                (value.add if item in contents else value.discard)(item)
+        elif not self.opcodes:
+            if self.by_trace(value, contents):
+                entries = value if isinstance(value, dict) else vars(value)
+                entries.clear()
+                entries.update(contents)
+        else:
+            entries = value if isinstance(value, dict) else vars(value)
+            _put_back(entries, contents, self.keys.get(key, ()))
 
     def undo_appends(self, value: list) -> None:
         for item in reversed(self.appended.get(id(value), [])):
@@ -227,6 +318,21 @@ class _Writes:
                 if value[i] is item:
                     del value[i]
                     break
+
+
+# the frames not followed bytecode by bytecode: torch's and minicomp's
+_PACKAGES = tuple(
+    os.path.join(os.path.dirname(path), "") for path in (torch.__file__, os.path.dirname(guards.__file__))
+)
+_SETTERS = (setattr, delattr)
+# bytecodes that write into the object on the stack: stores and deletes of items and attributes
+_WRITE_OPS = frozenset(
+    dis.opmap[name]
+    for name in ("STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "STORE_SLICE")
+    if name in dis.opmap
+)
+_BINARY_OP = dis.opmap.get("BINARY_OP", -1)  # its in-place forms (`+=`, `|=`) may extend a list, update a dict or set
+_INPLACE_ARGS = frozenset(i for i, (name, _) in enumerate(getattr(dis, "_nb_ops", ())) if name.startswith("NB_INPLACE"))
 
 
 _READING_METHODS = frozenset({"copy", "count", "index", "get", "keys", "values", "items", "__contains__", "__len__"})

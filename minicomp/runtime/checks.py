@@ -6,8 +6,10 @@ interpreter, whose `tl.device_assert` is a no-op unless its options say debug: `
 switches that on when a module for the interpreter is loaded (it affects nothing but
 asserts: overflow sanitizing stays off), and `Launch` turns a failed check into the error eager raises (`CheckFailed`,
 both an IndexError and a RuntimeError, as eager's gather raises one and cross_entropy the
-other). CUDA kernels carry none: eager's CUDA kernels do not raise for a division by zero,
-and a device-side assert would cost a debug build of every kernel.
+other). CUDA kernels carry the bounds checks only (eager's CUDA kernels assert an index too, but
+do not raise for a division by zero): a kernel with one is launched with `checked=True`,
+compiled with COMPILE_OPTIONS (as Inductor compiles its kernels), and a failed check is CUDA's
+"device-side assert triggered", as in eager. Kernels without checks compile as before.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import dataclasses
 
 PREFIX = "minicomp check: "  # starts the message of every check a kernel makes
+# Triton's options for a CUDA kernel with checks: its asserts compiled in (debug), without the
+# integer overflow asserts debug would also add (integers wrap, as in eager)
+COMPILE_OPTIONS = {"debug": True, "sanitize_overflow": False}
 
 
 class CheckFailed(IndexError, RuntimeError):

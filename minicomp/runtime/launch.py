@@ -56,9 +56,11 @@ def interpreting() -> bool:
 class Launch:
     """One kernel of a generated module, launched as cheaply as Triton allows."""
 
-    def __init__(self, kernel, spec: LaunchSpec, device: str):
+    def __init__(self, kernel, spec: LaunchSpec, device: str, checked: bool = False):
         self.kernel, self.spec, self.device = kernel, spec, torch.device(device)
         self.block_name, self.options = spec.block_name, spec.options
+        if checked and self.device.type != "cpu":  # its device-side asserts (checks.py) compiled in
+            self.options = {**self.options, **checks.COMPILE_OPTIONS}
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.records = Records(kernel, self.name, self.device, self.options)
         self.ahead = Ahead()

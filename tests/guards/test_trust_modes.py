@@ -115,13 +115,38 @@ def test_group_norm_backward(device, wrap, groups, fallback_warns):
         norm.weight.grad = norm.bias.grad = None
 
 
-def test_backward_fallback_warns(device, fallback_warns):
+def test_backward_fallback_warns(device, fallback_warns, monkeypatch):
     """The backward that does not compile says so in one warning, and runs as traced."""
+    import minicomp.pipeline
+
+    compile_graph = minicomp.pipeline.compile_graph
+
+    def no_backwards(gm, name="fn", *args, **kwargs):
+        if name.endswith("_backward"):
+            raise NotImplementedError("a backward this test refuses")
+        return compile_graph(gm, name, *args, **kwargs)
+
+    monkeypatch.setattr(minicomp.pipeline, "compile_graph", no_backwards)
     norm = torch.nn.GroupNorm(1, 4).to(device)
     x = torch.randn(2, 4, 3, 3, device=device, requires_grad=True)
     out = minicomp.jit(norm)(x)
     with pytest.warns(UserWarning, match="backward eagerly"):
         out.sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    norm(x).sum().backward()
+    torch.testing.assert_close(grad, x.grad)
+
+
+def test_group_norm_backward_compiles(device):
+    """nn.GroupNorm(1, C)'s backward compiles (it raised a raw NotImplementedError: issue #37)."""
+    norm = torch.nn.GroupNorm(1, 4).to(device)
+    x = torch.randn(2, 4, 3, 3, device=device, requires_grad=True)
+    minicomp.jit(norm, fallback="raise")(x).sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    norm(x).sum().backward()
+    torch.testing.assert_close(grad, x.grad)
 
 
 def test_grad_mode_inside_refused(device, fallback_warns):

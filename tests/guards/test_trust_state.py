@@ -1,6 +1,7 @@
 """Issue #37, classes 8, 9, 11, 12: Python state a compile must not disturb or miss.
 
-8   threads: a compile undoes only what its own trace changed, never another thread's appends;
+8   threads: a compile undoes only what its own trace changed, never another thread's writes
+    (appends, `+=`, a dict's items, an object's attributes);
 9   the function's own try/except: a value read while tracing is not an exception it can catch;
 11  host reads: `.numpy()`, `.tolist()`, `__array__` of a traced tensor refuse the trace;
 12  staleness: a rebound class method, changed defaults, an argument aliasing a closed-over tensor
@@ -112,6 +113,99 @@ def test_a_compile_keeps_another_threads_appends(fn, module):
         assert OWN.count(8) == 3  # once per call, no trace's leftover
 
 
+class _Config:
+    pass
+
+
+TABLE, CONFIG = {}, _Config()
+
+
+class _Writes(_Turns):
+    """A turn writes `burst` times in one of several ways: a list's append, extend or `+=`, a
+    dict's item, an object's attribute (each write a new key or item)."""
+
+    how = "append"
+
+    def appender(self, burst=50):
+        while not self.stop.is_set():
+            if self.go.wait(0.01):
+                self.go.clear()
+                for _ in range(burst):
+                    self.count += 1
+                    if self.how == "append":
+                        SHARED.append(-1)
+                    elif self.how == "extend":
+                        SHARED.extend([-1])
+                    elif self.how == "+=":
+                        shared = SHARED
+                        shared += [-1]
+                    elif self.how == "dict":
+                        TABLE[f"thread{self.count}"] = -1
+                    else:
+                        setattr(CONFIG, f"thread{self.count}", -1)
+                self.done.set()
+
+
+WRITES = _Writes()
+WRITES_TURN = functools.partial(_Turns.take, WRITES)
+
+
+def reads_all(x):
+    WRITES_TURN()
+    return x * (2 + 0 * len(SHARED) + 0 * len(TABLE) + 0 * len(vars(CONFIG)))
+
+
+def writes_own(x):
+    """Its own writes, each way (undone after its trace, then made once by the eager call)."""
+    global SHARED
+    SHARED += [x.shape[0]]
+    TABLE["own"] = TABLE.get("own", 0) + 1
+    CONFIG.own = getattr(CONFIG, "own", 0) + 1
+    WRITES_TURN()
+    return x * 2
+
+
+@pytest.mark.parametrize("how", ["append", "extend", "+=", "dict", "attribute"])
+@pytest.mark.parametrize("fn", [reads_all, writes_own], ids=["reads", "writes"])
+@pytest.mark.parametrize("module", [False, True], ids=["function", "module"])
+def test_a_compile_keeps_another_threads_writes(fn, how, module):
+    """Regression: another thread's writes during a compile (a dict's item, an object's attribute)
+    were put back with the trace's snapshot, and a function that only read the dict was refused.
+    A compile now undoes only the trace's own writes (followed bytecode by bytecode: `+=`,
+    `d[k] = v`, `obj.n = v`), and every write of the other thread stays."""
+    SHARED.clear()
+    TABLE.clear()
+    vars(CONFIG).clear()
+    WRITES.how, WRITES.count = how, 0
+    WRITES.stop.clear()
+
+    class Wrap(nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    jitted = minicomp.jit(Wrap() if module else fn, fallback="silent")
+    xs = [torch.randn(rows, 4) for rows in (8, 9, 10)]  # a compile each
+    thread = threading.Thread(target=WRITES.appender)
+    thread.start()
+    try:
+        with torch.no_grad():
+            for x in xs:
+                torch.testing.assert_close(jitted(x), x * 2)
+                if fn is reads_all and not module:  # compiled: a read is no side effect (it writes in turns)
+                    assert not isinstance(jitted.entry(x), EagerEntry)
+    finally:
+        WRITES.stop.set()
+        thread.join()
+    assert WRITES.count >= 150
+    written = {
+        "dict": sum(k.startswith("thread") for k in TABLE),
+        "attribute": sum(k.startswith("thread") for k in vars(CONFIG)),
+    }
+    assert written.get(how, SHARED.count(-1)) == WRITES.count
+    if fn is writes_own:  # once per call, no trace's leftover
+        assert ([v for v in SHARED if v != -1], TABLE["own"], CONFIG.own) == ([8, 9, 10], 3, 3)
+
+
 # -- 9. the function's own try/except ---------------------------------------------------------
 
 
@@ -197,6 +291,31 @@ def test_a_value_read_inside_try_in_a_module_and_the_dynamo_backend(fn):
     torch.testing.assert_close(quietly(minicomp.jit(Wrap(), fallback="silent"), *args), fn(*args))
     if fn is not first_or_fallback:  # (Dynamo itself, backend="eager" too, lets that IndexError out)
         torch.testing.assert_close(quietly(dynamo(fn), *args), fn(*args))
+
+
+def indexes_in_try_finally(x, i):
+    try:  # transformers wraps every model's forward in one: a cleanup, no catch
+        return x[i] * 2
+    finally:
+        x.grad = None
+
+
+def indexes_in_finally_that_returns(x, i):
+    try:
+        return x[i] * 2
+    finally:
+        return x[:1] * 3  # noqa: B012 - ends any exception, an IndexError too
+
+
+def test_a_plain_finally_is_no_catch_and_one_that_returns_is():
+    x = torch.randn(5, 3)
+    plain = minicomp.jit(indexes_in_try_finally, fallback="raise")
+    torch.testing.assert_close(plain(x, torch.tensor([1, 3])), indexes_in_try_finally(x, torch.tensor([1, 3])))
+    assert not any(isinstance(e, EagerEntry) for e in plain.cache.values())
+    returns = minicomp.jit(indexes_in_finally_that_returns, fallback="silent")
+    for i in (torch.tensor([2]), torch.tensor([9])):
+        torch.testing.assert_close(returns(x, i), indexes_in_finally_that_returns(x, i))
+    assert all(isinstance(e, EagerEntry) for e in returns.cache.values())
 
 
 # -- 11. host reads -----------------------------------------------------------------------------
@@ -372,3 +491,36 @@ def test_an_argument_aliasing_a_written_global_sees_the_write():
     out = jitted(G)
     torch.testing.assert_close(G, expected_G)
     torch.testing.assert_close(out, expected_G * 2)
+
+
+# -- 8 (rollback). hooks a refused trace registered --------------------------------------------
+
+HOOKED = []
+
+
+class InstallsHooksOnce(nn.Module):
+    """As transformers' output capturing: the first forward registers a forward hook on a
+    submodule and sets a flag; a refused trace must undo both, or the eager run registers a second."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.installed = False
+
+    def forward(self, x):
+        if not self.installed:
+            self.lin.register_forward_hook(lambda m, i, o: HOOKED.append(o))
+            self.installed = True
+        HOOKED.clear()
+        y = self.lin(x)
+        return torch.stack(HOOKED).sum(0) + y
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_a_hook_a_refused_trace_registered_is_removed(grad):
+    model = InstallsHooksOnce()
+    x = torch.randn(2, 4, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        out = minicomp.jit(model, fallback="silent")(x)
+    assert len(model.lin._forward_hooks) == 1 and model.installed
+    torch.testing.assert_close(out, model(x))  # the hook's output once, not twice

@@ -170,12 +170,15 @@ class Op:
         text decides it (codegen/parts.py), else its source."""
         return self.writer.compare(expr, relation, bound)
 
-    def check(self, condition: str, error: str, index=None, mask=None) -> None:
-        """In a kernel for CPU tensors, a device-side assert that `condition` holds in every lane
-        of this node's value (or of the value at `index` under `mask`): where it fails, the call
-        raises `error` (runtime/checks.py), where eager raises (an index out of bounds, an integer
-        division by zero). A lane past the tensor's end is not checked. CUDA kernels carry none."""
-        if self.node.meta.device.type != "cpu":
+    def check(self, condition: str, error: str, index=None, mask=None, cuda: bool = True) -> None:
+        """A device-side assert that `condition` holds in every lane of this node's value (or of
+        the value at `index` under `mask`): where it fails, the call raises `error`
+        (runtime/checks.py), where eager raises (an index out of bounds, an integer division by
+        zero). A lane past the tensor's end is not checked. A CUDA kernel carries it too, as
+        eager's CUDA kernels assert an index (and as Inductor's kernels do: its launch compiles
+        it with Triton's debug option, codegen/module.py), unless `cuda=False`: a check eager's
+        CUDA kernels do not make (a division by zero returns a value there)."""
+        if self.node.meta.device.type != "cpu" and not cuda:
             return
         lanes = self.writer.load_mask(self.index if index is None else index, self.mask if mask is None else mask)
         where = f", mask={lanes}" if lanes else ""

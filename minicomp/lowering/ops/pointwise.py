@@ -188,7 +188,7 @@ def _no_zero_divisor(op: Op, b: str) -> None:
     other = op.args["other"]
     if op.compute.is_floating_point or (not isinstance(other, Ref) and op.scalar("other") != 0):
         return
-    op.check(f"{b} != 0", "ZeroDivisionError")
+    op.check(f"{b} != 0", "ZeroDivisionError", cuda=False)
 
 
 @pointwise("div")

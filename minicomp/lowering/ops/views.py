@@ -247,7 +247,7 @@ def constant_pad_nd(op: Op) -> str:
 def gather(op: Op) -> str:
     """input[..., index[i], ...] along `dim`: the index tensor is evaluated here and becomes a
     run-time atom of the input's index (cross-entropy's target logit, read in the same kernel
-    as the row's logsumexp). An index outside [0, size) raises as in eager on the CPU (Op.check,
+    as the row's logsumexp). An index outside [0, size) raises as in eager (Op.check,
     on the index before any narrowing: 2**32 + 1 is not 1); the load is masked so that it never
     touches memory outside the input."""
     name, meta = _input(op)
@@ -271,7 +271,7 @@ def scatter(op: Op) -> str:
     self[..., j, ...]. Lowered for an index one long along `dim` (a one-hot: nll_loss's backward
     scatters -1 at each row's target into zeros), as a compare of the position with the index;
     positions the index tensor does not cover keep `self`. An index outside [0, size) raises as
-    in eager on the CPU (Op.check)."""
+    in eager (Op.check)."""
     meta = op.node.meta
     d = _dim(op.param("dim"), meta.ndim)
     index_meta = op.graph[op.args["index"].name].meta
