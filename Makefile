@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,bench]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,bench,zoo]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,4 +1,4 @@
-"""`minicomp` / `python -m minicomp`: demo, bench, explain, cache.
+"""`minicomp` / `python -m minicomp`: demo, bench, explain, cache, zoo.
 
 Every command takes `--help`, which prints its options and runs nothing.
 """
@@ -13,6 +13,7 @@ COMMANDS = {
     "bench": "time minicomp against eager, Inductor and the memory floor",
     "explain": "show every stage of one example workload (graph, IR, fusion plan, source)",
     "cache": "`cache info` or `cache clear`: minicomp's on-disk cache",
+    "zoo": "real architectures (tiny configs, transformers/timm/torchvision) through minicomp against eager",
 }
 
 
@@ -40,6 +41,10 @@ def main(argv=None) -> int:
         from minicomp.tools.explain import main as explain
 
         return explain(rest)
+    if args.command == "zoo":
+        from minicomp.tools.zoo import main as zoo
+
+        return zoo(rest)
     return cache(rest)
 
 

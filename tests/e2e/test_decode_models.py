@@ -2,7 +2,7 @@
 random weights, nothing downloaded): it runs and matches eager. On a GPU the attention
 mask minicomp writes must meet SDPA's efficient kernel's alignment (trust issue, class 1).
 
-transformers is optional (`pip install .[models]`): without it these tests skip."""
+transformers is optional (`pip install .[zoo]`): without it these tests skip."""
 
 import pytest
 import torch
