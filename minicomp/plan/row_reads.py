@@ -37,7 +37,12 @@ def row_index(kernel: ReductionKernel, full_index: tuple[Expr, ...], shape) -> t
         return full_index
     # the rows, with dims of size 1 kept, added or dropped: the sized dims are the rows', in order
     # (a [6, 1] value in a kernel over [1, 6] reduced over dim 0 is at [x0, 0], not [0, x0])
-    rows = iter(e for d, e in enumerate(full_index) if d not in kernel.reduced and full[d] != 1)
+    rows = [e for d, e in enumerate(full_index) if d not in kernel.reduced and full[d] != 1]
+    if sum(1 for s in shape if s != 1) != len(rows):
+        raise NotImplementedError(
+            f"a value of shape {list(shape)} has no place in a reduction kernel over {list(full)}"
+        )
+    rows = iter(rows)
     return tuple(const(0) if s == 1 else next(rows) for s in shape)
 
 

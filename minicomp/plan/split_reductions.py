@@ -159,7 +159,7 @@ def _group_cut(node: Node, graph: Graph, row_kernels) -> tuple[int, tuple[int, i
     rows = math.prod(src.shape[:lead])
     target = max(config.get("group_min_rows"), -(-rows // config.get("group_programs")))
     group = next((g for g in range(min(target, rows), min(2 * target, rows) + 1) if rows % g == 0), None)
-    if group is None or rows // group < 2:  # one group is no split (its partial is the whole sum)
+    if group is None:
         return None
     return lead, (0, rows // group, rows)
 

@@ -224,3 +224,17 @@ def test_an_aten_view_of_a_value_a_kernel_writes_densely(device, loss):
         x.grad = model.lin.weight.grad = None
         model(x).backward()
         torch.testing.assert_close(got, (x.grad, model.lin.weight.grad))
+
+
+def test_a_planned_layout_whose_elements_overlap_is_a_mismatch():
+    # torch 2.11's meta kernel of rfftn on a channels_last input says strides (14, 2, 1, 70) for
+    # [5, 2, 7, 5] (found by the fuzzer on the GPU machine): a copy into them drops elements
+    # silently (copy_ sees only overlaps of stride 0), so the call runs eagerly instead
+    from minicomp.runtime.externs import ExternMismatch, conform
+
+    real = torch.randn(5, 2, 7, 5)
+    with pytest.raises(ExternMismatch, match="overlap"):
+        conform(real, (5, 2, 7, 5), (14, 2, 1, 70), "aten._fft_r2c.default")
+    planned = (70, 1, 10, 2)  # dense, another order: copied
+    held = conform(real, (5, 2, 7, 5), planned, "aten._fft_r2c.default")
+    assert held.stride() == planned and torch.equal(held, real)
