@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import statistics
 
 import torch
 
 from minicomp import logs
 from minicomp.runtime import cache
+from minicomp.runtime.tuning import median_ms
 
 TIMED_RUNS = 10
 MATMULS = {"mm": torch.mm, "bmm": torch.bmm}
@@ -99,10 +99,4 @@ def _time_pad(dtype, device, layout: Layout) -> float:
 
 def _median_ms(run) -> float:
     run()  # cuBLAS's heuristics and workspace, outside the timed runs
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(TIMED_RUNS)]
-    for start, end in events:
-        start.record()
-        run()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return median_ms(run, TIMED_RUNS)

@@ -57,7 +57,13 @@ def time_config(kernel, grid: int, settings: dict, args) -> float:
     the GPU on them (the events then time the kernel, not Python's launch path)."""
     run = lambda: kernel[(grid,)](*args, **settings)  # noqa: E731
     run()  # compiled ahead (ahead.py), else compiles here, outside the timed runs
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(TIMED_RUNS)]
+    return median_ms(run, TIMED_RUNS)
+
+
+def median_ms(run, runs: int) -> float:
+    """Milliseconds of `run()` on the GPU: the median of `runs` runs, each between two CUDA events,
+    queued behind a GPU sleep (about 2 ms)."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
     torch.cuda._sleep(QUEUE_CYCLES)
     for start, end in events:
         start.record()
