@@ -145,7 +145,8 @@ class Held:
     of the trace nor undone."""
 
     def __init__(self, named_values):
-        self.held = [(name, value, _contents(value)) for name, value in named_values]
+        # sys.modules is the import system's: a lazy import inside torch while tracing adds to it
+        self.held = [(name, value, _contents(value)) for name, value in named_values if value is not sys.modules]
         self.held = [entry for entry in self.held if entry[2] is not None]
         self.writes = _Writes.start(self.held)
 

@@ -9,6 +9,8 @@
 """
 
 import functools
+import importlib
+import sys
 import threading
 import warnings
 
@@ -524,3 +526,26 @@ def test_a_hook_a_refused_trace_registered_is_removed(grad):
         out = minicomp.jit(model, fallback="silent")(x)
     assert len(model.lin._forward_hooks) == 1 and model.installed
     torch.testing.assert_close(out, model(x))  # the hook's output once, not twice
+
+
+# -- 8 (false refusals). the import system's own state ------------------------------------------
+
+modules = sys.modules  # as a library reads it: a global alias of the import system's table
+
+
+def imports_lazily(x):
+    # a lazy import adds to sys.modules (torch's own do while tracing): the function's reads of
+    # that table are no state of its own, and the call compiles
+    assert "sys" in modules
+    importlib.import_module("minicomp_lazy_probe")
+    return x * 2
+
+
+def test_a_lazy_import_during_the_trace_is_no_side_effect(tmp_path, monkeypatch):
+    (tmp_path / "minicomp_lazy_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "minicomp_lazy_probe", raising=False)
+    x = torch.randn(3)
+    jitted = minicomp.jit(imports_lazily, fallback="raise")
+    torch.testing.assert_close(jitted(x), x * 2)
+    assert not any(isinstance(e, EagerEntry) for e in jitted.cache.values())
