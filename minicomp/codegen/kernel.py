@@ -26,7 +26,7 @@ import torch
 from minicomp.codegen.parts import boundary, period
 from minicomp.ir import dtypes
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import SIZE, Dyn, Expr, IterationSpace, Mod, Var, const, render_flat, size
+from minicomp.lowering.indexing import SIZE, Dyn, Expr, IterationSpace, Mod, Var, const, decide, render_flat, size
 from minicomp.plan.fusion import Kernel, Plan
 from minicomp.runtime.launch_spec import LaunchSpec
 
@@ -132,13 +132,7 @@ class KernelWriter:
         one side, else its source. Where the truth changes at one value of a variable whatever
         the rest of `expr` is (`3*x0 + x1 >= 3` with x1 < 3: at x0 = 1), that value is recorded
         as a boundary of the variable's range (codegen/parts.py)."""
-        lo, hi = expr.bounds
-        if relation == ">=":
-            decided = True if lo >= bound else False if hi < bound else None
-        elif relation == "<":
-            decided = True if hi < bound else False if lo >= bound else None
-        else:
-            decided = True if lo == hi == bound else False if not lo <= bound <= hi else None
+        decided = decide(expr, relation, bound)
         if decided is not None:
             return decided
         for atom, coeff in expr.terms:

@@ -313,3 +313,13 @@ class IterationSpace:
 def render_flat(atom: Flat) -> str:
     text = atom.base if atom.pitch == 1 else f"({atom.base} // {size(atom.pitch)})"
     return f"({text} % {size(atom.count)})" if atom.wraps else text
+
+
+def decide(expr: Expr, relation: str, bound: int) -> bool | None:
+    """`expr <relation> bound` (>=, < or ==) where the range of `expr` decides it, else None."""
+    lo, hi = expr.bounds
+    if relation == ">=":
+        return True if lo >= bound else False if hi < bound else None
+    if relation == "<":
+        return True if hi < bound else False if lo >= bound else None
+    return True if lo == hi == bound else False if not lo <= bound <= hi else None

@@ -23,7 +23,7 @@ import torch
 
 from minicomp.ir import Graph
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const, render_flat
+from minicomp.lowering.indexing import Dyn, Expr, FloorDiv, IterationSpace, Mod, Var, const, decide, render_flat
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
 from minicomp.plan.steps import ReductionKernel
@@ -164,13 +164,7 @@ class _Probe:
 
     def compare(self, expr: Expr, relation: str, bound: int) -> str | bool:
         """Decided where codegen's writer decides it (the range of `expr`), else undecided."""
-        lo, hi = expr.bounds
-        if relation == ">=":
-            decided = True if lo >= bound else False if hi < bound else None
-        elif relation == "<":
-            decided = True if hi < bound else False if lo >= bound else None
-        else:
-            decided = True if lo == hi == bound else False if not lo <= bound <= hi else None
+        decided = decide(expr, relation, bound)
         return decided if decided is not None else f"({self.index_text(expr)} {relation} {bound})"
 
     def divides(self, expr: Expr, step: int) -> str | bool:
