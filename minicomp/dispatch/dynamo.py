@@ -235,3 +235,13 @@ def _backward_with_forward():
         if hasattr(functorch_config, name)
     }
     return functorch_config.patch(**settings) if settings else contextlib.nullcontext()
+
+
+def registered() -> str:
+    """ "minicomp", the name users pass to torch.compile: registered by the installed package's
+    entry point, or here for a source tree on PYTHONPATH (no entry point)."""
+    from torch._dynamo.backends.registry import list_backends, register_backend
+
+    if "minicomp" not in list_backends(exclude_tags=()):
+        register_backend(name="minicomp")(backend)
+    return "minicomp"

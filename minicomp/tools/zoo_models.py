@@ -493,7 +493,7 @@ VISION_LIBRARIES = [
         "timm",
         _timm("vit_tiny_patch16_224", img_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=2),
     ),
-    Spec("timm-convnext", "vision", "timm", _timm("convnext_atto", depths=(1, 1), dims=(16, 32))),
+    Spec("timm-convnext", "vision", "timm", _timm("convnext_atto", depths=(1, 1, 1, 1), dims=(8, 16, 24, 32))),
     Spec("timm-mobilenetv3", "vision", "timm", _timm("mobilenetv3_small_050")),
     Spec("timm-efficientnet", "vision", "timm", _timm("efficientnet_b0")),  # its width and depth are fixed
     Spec(
