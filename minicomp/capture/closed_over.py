@@ -128,6 +128,21 @@ def _one_hot(tensor, num_classes=-1):
 _CHECKED = {torch.nn.functional.one_hot: _one_hot}
 
 
+def with_checked_forms(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` (a graph Dynamo captured) with each call of an op of `_CHECKED` calling the form that
+    keeps eager's value check: on a GPU Dynamo's graph holds F.one_hot itself, which AOTAutograd
+    traces to an `eq` with an arange (a value out of range gave a row of zeros)."""
+    if not any(node.op == "call_function" and node.target in _CHECKED for node in gm.graph.nodes):
+        return gm
+    graph, values = torch.fx.Graph(), {}
+    for node in gm.graph.nodes:
+        copy = graph.node_copy(node, lambda n: values[n])
+        if copy.op == "call_function" and copy.target in _CHECKED:
+            copy.target = _CHECKED[copy.target]
+        values[node] = copy
+    return torch.fx.GraphModule(gm, graph)
+
+
 def _fails_on_values(func, args) -> bool:
     """An op that indexes by tensor values (`x[idx]`, gather, embedding): eager may raise for them."""
     if getattr(func, "__name__", "") not in _INDEXING:

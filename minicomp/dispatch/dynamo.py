@@ -27,7 +27,7 @@ import torch
 from functorch.compile import make_boxed_func
 
 from minicomp import capture, config, runtime
-from minicomp.capture import specialize
+from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
 from minicomp.dispatch import fallback
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
@@ -122,6 +122,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     from torch._dynamo.backends.common import aot_autograd
 
     families, settings, forward = Families(), config.current(), {}
+    gm = closed_over.with_checked_forms(gm)
     compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
     compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings, forward),

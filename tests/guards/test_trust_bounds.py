@@ -112,6 +112,23 @@ def test_one_hot_value_out_of_range_raises_in_training_and_through_the_backend()
     _compiled_then_raises(fn, (x, good), (x, bad), compiled=dynamo)
 
 
+def test_one_hot_in_a_dynamo_graph_keeps_its_check(monkeypatch):
+    """On a GPU, Dynamo's graph holds F.one_hot itself (on the CPU its value check breaks the
+    graph), and AOTAutograd traced it to an `eq` with an arange: a value out of range gave a row
+    of zeros. The backend hands such a graph the checked form (closed_over.with_checked_forms)."""
+    from minicomp.capture.closed_over import with_checked_forms
+
+    monkeypatch.setenv("MINICOMP_FALLBACK", "raise")  # compiled by minicomp, not run as captured
+    gm = torch.fx.symbolic_trace(lambda i: (F.one_hot(i, 5).float() * 2,))  # Dynamo's graphs return tuples
+    assert any(node.target is F.one_hot for node in gm.graph.nodes)
+    assert not any(node.target is F.one_hot for node in with_checked_forms(gm).graph.nodes)
+    good, bad = torch.tensor([0, 2, 4]), torch.tensor([0, 7, 4])
+    compiled = minicomp.dispatch.dynamo.backend(gm, [good])
+    torch.testing.assert_close(compiled(good), gm(good))
+    with pytest.raises((IndexError, RuntimeError)):
+        compiled(bad)
+
+
 def test_one_hot_forms_eager_decides_stay_eager():
     """num_classes=-1 (read from the values) and a non-int64 index keep eager's behaviour."""
     i = torch.tensor([0, 3, 1])
