@@ -217,3 +217,19 @@ def test_a_bias_gradient_a_row_kernel_cannot_take_is_refused_cleanly():
     want = torch.autograd.grad((f(table, x) * seed).sum(), (table, x))
     torch.testing.assert_close(got, want)
     assert all("has no place in a reduction kernel" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+def test_few_programs_walking_long_columns_split_though_the_total_is_small():
+    """A bias gradient over [8192, 64] (DLRM's bottom MLP) is under split_min_numel, yet unsplit
+    its 64 columns were two programs walking 8192 rows each (650 us on an H200): a program that
+    would walk at least split_tile_numel elements splits whatever the total."""
+    x = torch.zeros(8192, 64, device="meta")
+    fn = lambda x: (torch.relu(x) * 2).sum(0)  # noqa: E731
+    graph, _ = plan_of(fn, x)
+    assert graph.partials  # split
+    with config.override(split_tile_numel=1 << 30):
+        graph, _ = plan_of(fn, x)
+        assert not graph.partials  # the total alone (512K < split_min_numel) would not split it
+    rows = torch.zeros(4, 9000, device="meta")  # 4 rows of 9000 (a short cross-entropy): 9000 a program
+    graph, _ = plan_of(lambda x: x.sum(1), rows)
+    assert not graph.partials
