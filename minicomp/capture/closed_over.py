@@ -163,16 +163,13 @@ def _inside_a_try() -> bool:
     """Whether the user's code calling torch now runs inside a try block of its own that may end
     an exception (an except, a finally that returns: a plain finally or a `with` block's cleanup
     does not count), in any of its frames."""
-    frame, users = sys._getframe(2), False
+    frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename.startswith(_PACKAGES):
-            if users and filename.startswith(_PACKAGES[1]):
-                return False  # past the user's frames: the tracer's own
-        else:
-            users = True
-            if _catches(frame.f_code, frame.f_lasti):
-                return True
+        if filename.startswith(_PACKAGES[1]) and filename != __file__:  # (this file: `_CHECKED`'s forms)
+            return False  # the tracer's own frames: past the traced code (a torch module's may all be torch's)
+        if not filename.startswith(_PACKAGES) and _catches(frame.f_code, frame.f_lasti):
+            return True
         frame = frame.f_back
     return False
 

@@ -320,6 +320,19 @@ def test_a_plain_finally_is_no_catch_and_one_that_returns_is():
     assert all(isinstance(e, EagerEntry) for e in returns.cache.values())
 
 
+def test_a_try_around_the_call_is_not_the_functions_own():
+    """Regression: a module made only of torch's modules (nn.Sequential with an nn.Embedding)
+    called inside the caller's try block was refused as "indexes by tensor values inside its own
+    try block": the walk over the frames went past the tracer's into the caller's."""
+    module = nn.Sequential(nn.Embedding(6, 3), nn.Linear(3, 2))
+    jitted, i = minicomp.jit(module, fallback="raise"), torch.tensor([[0, 5], [2, 2]])
+    try:
+        out = jitted(i)
+    except IndexError:  # the caller's own catch, around the call
+        out = None
+    torch.testing.assert_close(out, module(i))
+
+
 # -- 11. host reads -----------------------------------------------------------------------------
 
 

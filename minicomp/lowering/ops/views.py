@@ -264,6 +264,22 @@ def gather(op: Op) -> str:
     return cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)
 
 
+@indexed("embedding")
+def embedding(op: Op) -> str:
+    """weight[indices[i...], d] (a table lookup: out is indices' shape + [D]), a load at a run-time
+    row as gather's, so the lookups of a model's tables fuse with what reads them (DLRM's stack of
+    26 tables, a transformer's token + position embeddings) instead of an ATen kernel each. An index
+    outside [0, V) raises as in eager; padding_idx and scale_grad_by_freq only change the backward."""
+    ref = op.args["weight"]
+    rows, width = op.graph[ref.name].meta.shape
+    where = op.value("indices", index=op.index[:-1])
+    op.check(f"({where.code} >= 0) & ({where.code} < {rows})", f"index out of range in self (embedding, {rows} rows)")
+    position = op.temp(cast(where, torch.int32 if rows * width < 2**31 else torch.int64), torch.int32)
+    inside = op.temp(f"({position} >= 0) & ({position} < {rows})", torch.bool)
+    index = (Expr.of(Dyn(position, rows, op.writer.is_full(op.index))), op.index[-1])
+    return cast(op.writer.value(ref.name, index, op.mask + (inside,)), op.compute)
+
+
 @indexed("scatter")
 def scatter(op: Op) -> str:
     """`self` with `src` (or the scalar `value`) written, along `dim`, at the position the index
