@@ -148,11 +148,13 @@ def test_constant_pad_and_slice_backward(device):
     check(lambda g: torch.ops.aten.slice_backward(g, [3, 9], 1, -4, 1000, 2) - 1, g, kernels=1)
 
 
-def test_data_dependent_index_runs_in_aten(device):
+def test_data_dependent_index_is_a_load_in_the_kernel(device):
+    """x[i] reads x at positions i holds, in the kernel that reads it (it was an ATen call and a
+    second kernel); tests/e2e/test_indexed_loads.py has the forms."""
     x = torch.randn(5, 4, device=device)
     idx = torch.tensor([4, 0, 2], device=device)
-    source = check(lambda x, i: x[i] * 2 + 1, x, idx)
-    assert "torch.ops.aten.index" in source
+    source = check(lambda x, i: x[i] * 2 + 1, x, idx, kernels=1)
+    assert "torch.ops.aten.index" not in source
 
 
 def test_a_copy_read_by_aten_through_a_view_is_written_once(device):

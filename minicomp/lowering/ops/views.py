@@ -264,20 +264,81 @@ def gather(op: Op) -> str:
     return cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)
 
 
+def _at_position(op: Op, where, size: int, what: str, negative: bool = False) -> tuple[Expr, str]:
+    """(the index atom of a position read from tensor data, the lanes where it lies inside the
+    dim): `where` must lie in [0, size) ([-size, size) when `negative`, counted from the end, as
+    advanced indexing allows); outside, it raises as in eager (Op.check) and the load is masked."""
+    low = -size if negative else 0
+    op.check(f"({where.code} >= {low}) & ({where.code} < {size})", f"index out of bounds for {what} with size {size}")
+    wide = torch.int32 if size < 2**31 else torch.int64
+    code = cast(where, wide)
+    if negative:
+        code = f"tl.where({code} < 0, {code} + {size}, {code})"
+    position = op.temp(code, wide)
+    inside = op.temp(f"({position} >= 0) & ({position} < {size})", torch.bool)
+    return Expr.of(Dyn(position, size, op.writer.is_full(op.index))), inside
+
+
 @indexed("embedding")
 def embedding(op: Op) -> str:
     """weight[indices[i...], d] (a table lookup: out is indices' shape + [D]), a load at a run-time
     row as gather's, so the lookups of a model's tables fuse with what reads them (DLRM's stack of
-    26 tables, a transformer's token + position embeddings) instead of an ATen kernel each. An index
-    outside [0, V) raises as in eager; padding_idx and scale_grad_by_freq only change the backward."""
+    26 tables, a transformer's token + position embeddings) instead of an ATen kernel each.
+    padding_idx and scale_grad_by_freq only change the backward."""
     ref = op.args["weight"]
-    rows, width = op.graph[ref.name].meta.shape
-    where = op.value("indices", index=op.index[:-1])
-    op.check(f"({where.code} >= 0) & ({where.code} < {rows})", f"index out of range in self (embedding, {rows} rows)")
-    position = op.temp(cast(where, torch.int32 if rows * width < 2**31 else torch.int64), torch.int32)
-    inside = op.temp(f"({position} >= 0) & ({position} < {rows})", torch.bool)
-    index = (Expr.of(Dyn(position, rows, op.writer.is_full(op.index))), op.index[-1])
-    return cast(op.writer.value(ref.name, index, op.mask + (inside,)), op.compute)
+    rows = op.graph[ref.name].meta.shape[0]
+    row, inside = _at_position(op, op.value("indices", index=op.index[:-1]), rows, "embedding's rows")
+    return cast(op.writer.value(ref.name, (row, op.index[-1]), op.mask + (inside,)), op.compute)
+
+
+@indexed("index_select")
+def index_select(op: Op) -> str:
+    """self[..., index[i], ...] along `dim` (index 1-d, or a 0-d one)."""
+    name, meta = _input(op)
+    d = _dim(op.param("dim"), meta.ndim)
+    at = (op.index[d],) if op.graph[op.args["index"].name].meta.ndim else ()
+    position, inside = _at_position(op, op.value("index", index=at), meta.shape[d], f"dimension {d} (index_select)")
+    index = op.index[:d] + (position,) + op.index[d + 1 :]
+    return cast(op.writer.value(name, index, op.mask + (inside,)), op.compute)
+
+
+@indexed("index")
+def advanced_index(op: Op) -> str:
+    """self[i0, :, i2] (aten.index.Tensor): the dims given integer index tensors are read at
+    positions those tensors hold, broadcast together to a shape B. As in NumPy and eager, B takes
+    the place of those dims when they are adjacent (`x[:, i, j]`: DLRM's pairs of a [B, 27, 27]
+    product), else it goes first. Negative positions count from the end."""
+    name, meta = _input(op)
+    tensors = [(d, ref) for d, ref in enumerate(op.param("indices")) if ref is not None]
+    shapes = [op.graph[ref.name].meta.shape for _, ref in tensors]
+    nb = len(torch.broadcast_shapes(*shapes))
+    dims = [d for d, _ in tensors]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    first = dims[0] if adjacent else 0
+    b_index = op.index[first : first + nb]
+    rest = iter(op.index[:first] + op.index[first + nb :])
+    index, mask = [], list(op.mask)
+    given = dict(tensors)
+    for d in range(meta.ndim):
+        if d not in given:
+            index.append(next(rest))
+            continue
+        where = op.writer.value(given[d].name, broadcast_index(b_index, op.graph[given[d].name].meta.shape), op.mask)
+        position, inside = _at_position(op, where, meta.shape[d], f"dimension {d}", negative=True)
+        index.append(position)
+        mask.append(inside)
+    return cast(op.writer.value(name, tuple(index), tuple(mask)), op.compute)
+
+
+def _index_supported(node, graph) -> bool:
+    """Integer index tensors only (a bool mask's result shape depends on its values)."""
+    args = bind(node)
+    refs = [ref for ref in args["indices"] if ref is not None]
+    integers = (torch.int8, torch.int16, torch.int32, torch.int64)  # uint8 indexes as a mask, as bool does
+    return bool(refs) and all(isinstance(ref, Ref) and graph[ref.name].meta.dtype in integers for ref in refs)
+
+
+SPECIAL_SUPPORT["index"] = _index_supported
 
 
 @indexed("scatter")
