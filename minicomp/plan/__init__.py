@@ -6,6 +6,7 @@ reduction_space.py   a reduction's space (reduced value shape + reduced dims) an
 steps.py             what a plan is made of: kernel kinds (Pointwise-, Reduction-, ScatterKernel), externs, Plan
 stages.py            each node's kind, stage and whether it is materialized (fusion's rules 1-3)
 fusion.py            which values become which kernels (rules 4-5); why two did not fuse
+apart.py             rule 4's limit: values that share nothing, each reading a large buffer, run apart
 scatter.py           scatter kernels: a scatter-add's stage, what it reads, how its output starts
 row_reads.py         where a reduction kernel reads its reductions: a read at another row is cut (rule 5)
 schedule.py          the order of steps, for peak memory

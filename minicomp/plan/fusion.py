@@ -51,7 +51,7 @@ from minicomp.ir import Graph
 from minicomp.lowering.layout import attention_mask, mask_strides, output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
-from minicomp.plan import row_reads, scatter, stages
+from minicomp.plan import apart, row_reads, scatter, stages
 from minicomp.plan.reduction_space import ReductionSpace, reduction_form, row_itemsize
 from minicomp.plan.steps import Extern, Kernel, Plan, PointwiseKernel, ReductionKernel, Refusal
 
@@ -69,6 +69,7 @@ def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
             _filled(graph, kernel, kinds, stage, materialized)
             for kernel in _kernels(graph, kinds, stage, space, materialized)
         ]
+        kernels = apart.apart(graph, kernels, lambda k: _filled(graph, k, kinds, stage, materialized))
         found = [m for k in kernels if isinstance(k, ReductionKernel) for m in row_reads.misreads(graph, k, kinds)]
         found = [m for m in found if (m.value, m.reader) not in cut]
         if not found:  # (a read through an edge already cut is codegen's to refuse)
@@ -231,5 +232,8 @@ def _refusals(graph: Graph, kernels: list[Kernel], kinds, reasons) -> list[Refus
             by_stage.setdefault(k.stage, []).append(k)
     for group in by_stage.values():
         for a, b in zip(group, group[1:]):
-            refusals.append(Refusal(a.name, b.name, f"iteration spaces differ: {list(a.shape)} vs {list(b.shape)}"))
+            why = f"iteration spaces differ: {list(a.shape)} vs {list(b.shape)}"
+            if a.shape == b.shape:  # (or devices differ)
+                why = "kept apart: they share no load and one reads a large computed buffer (apart.py)"
+            refusals.append(Refusal(a.name, b.name, why))
     return refusals

@@ -30,6 +30,12 @@ def mlp_graph():
     return ir.from_fx(traced.gm, traced.input_names)
 
 
+def compiled_plan(fn, *args):
+    names = [f"a{i}" for i in range(len(args))]
+    traced = capture.trace(fn, list(args), pytree.tree_flatten((args, {}))[1], names)
+    return fusion.plan(ir.from_fx(traced.gm, traced.input_names))
+
+
 def test_planning_leaves_the_graph_as_it_was():
     graph = mlp_graph()
     before = str(graph)
@@ -170,3 +176,27 @@ def test_a_plan_with_a_cycle_is_refused():
     backwards = dataclasses.replace(plan, steps=list(reversed(plan.steps)))
     with pytest.raises(RuntimeError, match="reads what a later step"):
         schedule.order(backwards)
+
+
+def test_values_sharing_nothing_that_read_large_computed_buffers_run_apart():
+    """DLRM's backward casts each table's float32 gradient to bf16: in one kernel, every float32
+    buffer was alive until it ran (625 MiB); apart, the schedule runs each cast right after its
+    scatter. Values that share a load, or read only small buffers, stay one kernel."""
+    from minicomp import config
+    from minicomp.plan.schedule import order
+
+    def fn(i, g, j):
+        a = torch.zeros(64, 8).index_put((i,), g, accumulate=True)
+        b = torch.zeros(64, 8).index_put((j,), g * 2, accumulate=True)
+        return a.bfloat16(), b.bfloat16(), (g + 1).bfloat16(), (g * 3).bfloat16()
+
+    i, g, j = torch.randint(0, 64, (32,)), torch.randn(32, 8), torch.randint(0, 64, (32,))
+    casts = lambda p: sorted(k.stores for k in p.kernels if "_to_copy" in k.stores[0])  # noqa: E731
+    assert casts(compiled_plan(fn, i, g, j)) == [["_to_copy", "_to_copy_1"], ["_to_copy_2", "_to_copy_3"]]
+    with config.override(apart_bytes=1024):  # each scatter's [64, 8] float32 counts as large
+        plan = compiled_plan(fn, i, g, j)
+        assert casts(plan) == [["_to_copy"], ["_to_copy_1"], ["_to_copy_2", "_to_copy_3"]]
+        ran = [s.stores[0] for s in order(plan).steps]
+        assert ran.index("_to_copy") < ran.index("index_put_1")  # each cast right after its scatter
+        assert "kept apart" in str(plan)
+        torch.testing.assert_close(minicomp.jit(fn)(i, g, j), fn(i, g, j))
