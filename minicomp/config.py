@@ -9,6 +9,8 @@
     MINICOMP_LOGS               log channels (logs.py)
     MINICOMP_COMPILE_THREADS    threads that compile kernels ahead of their first call (compile_pool.py;
                                 a whole number >= 1; default: the CPU count, at most 32)
+    MINICOMP_MATMUL             auto | template | library: mm/addmm/bmm as a Triton template with its
+                                epilogue fused, or as ATen (cuBLAS) calls (plan/matmul.py; default library)
 
 A value that does not parse raises `ConfigError` with a one-line message when
 the setting is first needed (at `jit`, not at `import minicomp`).
@@ -126,7 +128,15 @@ DEFAULTS = dict(
     group_min_rows=16,  # split_reductions.py: ... each summing at least this many rows
     pad_matmuls="auto",  # pad_matmuls.py: "auto" (timed on CUDA), "always", "never": misaligned matmul sizes padded ...
     pad_min_macs=1 << 27,  # pad_matmuls.py: ... in "auto", a matmul of at least this many multiply-adds
+    matmul="library",  # plan/matmul.py: "auto", "template", "library" (env MINICOMP_MATMUL): how mm/addmm/bmm run ...
+    matmul_min_macs=1 << 24,  # plan/matmul.py: ... in "auto" on CUDA, a matmul of this many multiply-adds ...
+    matmul_max_macs=1 << 36,  # plan/matmul.py: ... up to this many is timed as a template (else ATen)
+    cuda_graphs=False,  # runtime/graphs.py: each compiled signature replayed as a CUDA graph (reduce-overhead) ...
+    cuda_graph_limit=16,  # runtime/graphs.py: ... at most this many graphs kept per model ...
+    cuda_graph_rerecords=8,  # runtime/graphs.py: ... one callable's recorded again this often (static inputs moved)
+    chunk_budget_bytes=0,  # row_regions.py: a product only row reductions read, by chunks that fit this (0: whole)
 )
+ENVIRONMENT = {"matmul": "MINICOMP_MATMUL"}  # tunables an environment variable sets (under any override)
 _overrides = threading.local()
 
 
@@ -138,6 +148,8 @@ def get(name: str):
     for layer in reversed(stack):
         if name in layer:
             return layer[name]
+    if name in ENVIRONMENT and (value := _env(ENVIRONMENT[name])) is not None:
+        return value
     return DEFAULTS[name]
 
 

@@ -9,6 +9,7 @@ Channels (each a `logging` logger named minicomp.<channel>):
     output_code  the generated module's source
     recompiles   a function compiled again, and why (which part of the signature changed)
     cache        module / tuning cache hits, misses and rebuilt entries
+    cudagraphs   CUDA graphs recorded, dropped, and why a call or a graph runs without one
 
 `set_logs("fusion,cache")` does the same from Python; `set_logs("")` turns them off.
 Records go to stderr unless the application configured handlers of its own.
@@ -19,13 +20,14 @@ from __future__ import annotations
 import logging
 import os
 
-CHANNELS = ("graph", "fusion", "output_code", "recompiles", "cache")
+CHANNELS = ("graph", "fusion", "output_code", "recompiles", "cache", "cudagraphs")
 
 graph = logging.getLogger("minicomp.graph")
 fusion = logging.getLogger("minicomp.fusion")
 output_code = logging.getLogger("minicomp.output_code")
 recompiles = logging.getLogger("minicomp.recompiles")
 cache = logging.getLogger("minicomp.cache")
+cudagraphs = logging.getLogger("minicomp.cudagraphs")
 
 _handler = logging.StreamHandler()
 _handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))

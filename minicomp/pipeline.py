@@ -52,7 +52,7 @@ class Compiled:
         compiled; the compiles run in threads, side by side) and launch-config tuning; and the
         counts: kernels whose binary came through Triton's JIT or from a record, and the binaries
         Triton compiled (tuning candidates included)."""
-        launches = [self.launch(k) for k in self.kernels]
+        launches = list({id(la): la for la in map(self.launch, self.kernels)}.values())  # alike kernels share one
         return self.times | {
             "triton compile": sum(la.times.get("compile", 0.0) for la in launches),
             "tuning": sum(la.times.get("tune", 0.0) for la in launches),

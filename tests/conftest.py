@@ -58,8 +58,9 @@ def device(request):
 
 
 def kernel_count(source: str) -> int:
-    """Kernels a module launches (its @triton.jit combine helpers are not kernels)."""
-    return len(re.findall(r"^launch_\d+ = Launch\(", source, flags=re.M))
+    """Kernels a module launches (its @triton.jit combine helpers are not kernels); a launcher bound
+    to an alike kernel's (`launch_2 = launch_0`, codegen/alike.py) is a launch of its own."""
+    return len(re.findall(r"^launch_\d+ = (?:Launch\(|launch_\d+\b)", source, flags=re.M))
 
 
 def kernel_text(source: str) -> list[str]:

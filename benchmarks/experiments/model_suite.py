@@ -12,7 +12,8 @@ channels_last) where torchvision imports, and a DLRM in the seed talk's shape (2
 optimizer), `infer` (no_grad), and for the decoders `decode` (batch 1, one new token, no KV
 cache) and `decode-static` (the same at position S/2 of transformers' StaticCache, filled
 eagerly first). Variants: `eager`, `inductor` (torch.compile's default), `inductor-ro`
-(mode="reduce-overhead", decode rows only), `minicomp` (backend="minicomp").
+(mode="reduce-overhead", decode rows only), `minicomp` (backend="minicomp"), `minicomp-graphs`
+(backend="minicomp", mode="reduce-overhead": CUDA graphs, runtime/graphs.py; decode rows only).
 
 Each row runs in a process of its own with empty compiler caches (a cold first call, as a user's
 first run has it) under a time limit; the child prints its results as `SUITE {json}` lines as
@@ -69,7 +70,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "SUITE "  # the child's result lines; everything else it prints is ignored
 LAYERS = 2
 STEPS = ("train", "infer", "decode", "decode-static")
-VARIANTS = ("eager", "inductor", "inductor-ro", "minicomp")  # eager first: the others' reference
+VARIANTS = ("eager", "inductor", "inductor-ro", "minicomp", "minicomp-graphs")  # eager first: the others' reference
+GRAPHED = ("inductor-ro", "minicomp-graphs")  # CUDA graphs: decode rows only
 # --tiny's rows unless chosen otherwise (each interpreted row takes 5-30 s on a 2-core machine)
 TINY_ROWS, TINY_VARIANTS = [("dlrm", "train"), ("gpt2", "decode-static")], ("eager", "minicomp")
 WARMUP, TIMED, SAMPLED = 10, 30, 1 << 20
@@ -277,10 +279,11 @@ def compiled(task: Task, variant: str):
         return task
     if variant == "inductor-ro":
         return torch.compile(task, mode="reduce-overhead")
-    if variant == "minicomp":
+    if variant in ("minicomp", "minicomp-graphs"):
         from minicomp.dispatch.dynamo import registered
 
-        return torch.compile(task, backend=registered())  # a source tree has no entry point
+        mode = "reduce-overhead" if variant == "minicomp-graphs" else None
+        return torch.compile(task, backend=registered(), mode=mode)  # a source tree has no entry point
     return torch.compile(task, backend="inductor")
 
 
@@ -389,7 +392,7 @@ def child(job: dict) -> None:
             emit(status=f"skipped: {spec.library} does not import: {_first_line(err)}")
             return
         if variant != "eager":  # the compiler's import time is the row's import_s, not its first call's
-            importlib.import_module("minicomp" if variant == "minicomp" else "torch._inductor.compile_fx")
+            importlib.import_module("minicomp" if variant.startswith("minicomp") else "torch._inductor.compile_fx")
 
         emit(import_s=time.time() - job["spawned"], device=torch.cuda.get_device_name() if device == "cuda" else "cpu")
         s = spec.sizes(tiny)
@@ -466,7 +469,7 @@ def jobs(pairs, variants) -> list[dict]:
         if step.startswith("decode") and not MODELS[model].decoder:
             continue
         for variant in (v for v in VARIANTS if v in variants):
-            if variant != "inductor-ro" or step.startswith("decode"):
+            if variant not in GRAPHED or step.startswith("decode"):
                 out.append(dict(model=model, step=step, variant=variant))
     return out
 
@@ -526,7 +529,7 @@ def add_ratios(rows: list[dict]) -> None:
     """x_inductor (and x_inductor_ro) on minicomp rows: minicomp / Inductor of ms, first_s, peak_mib."""
     by_key = {(r["model"], r["step"], r["variant"]): r for r in rows}
     for row in rows:
-        if row["variant"] != "minicomp":
+        if row["variant"] not in ("minicomp", "minicomp-graphs"):
             continue
         for base, key in (("inductor", "x_inductor"), ("inductor-ro", "x_inductor_ro")):
             other = by_key.get((row["model"], row["step"], base), {})

@@ -8,9 +8,12 @@ written for static shapes.
 
 `Specializing` compiles it per call signature instead, as `minicomp.jit` compiles
 a function: the first call with new sizes (each tensor's shape, strides, dtype
-and device; each integer's value) traces the graph again on those concrete values
-(make_fx on fake tensors: the symbols become numbers, the integer inputs constants)
-and compiles that static graph; later calls with the same sizes go straight to it.
+and device; each integer's value) makes the graph concrete for those values
+(`concrete`: the symbols become numbers, the integer inputs constants), by
+substitution into the symbolic graph where every symbol is bound by an input
+(`substituted`, no trace), else by tracing it again (`retraced`, make_fx on fake
+tensors), and compiles that static graph; later calls with the same sizes go
+straight to it.
 The kernels of all sizes belong to one set of kernel families
 (codegen/families.py), so a new size reuses the text, and the Triton binary, of
 kernels whose sizes are runtime arguments.
@@ -24,7 +27,7 @@ from collections.abc import Callable
 import torch
 import torch.fx
 
-from minicomp import config
+from minicomp import config, logs
 
 Signature = tuple
 
@@ -45,8 +48,143 @@ def is_dynamic(gm: torch.fx.GraphModule) -> bool:
 
 
 def concrete(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list[int]]:
-    """`gm` traced again on these call values: (a graph whose inputs are the tensor arguments
-    only, with every size a number, and the positions of those arguments in `args`)."""
+    """`gm` for these call values: (a graph whose inputs are the tensor arguments only, with every
+    size a number, and the positions of those arguments in `args`). By substitution (`substituted`)
+    where it applies, else traced again (`retraced`)."""
+    try:
+        return substituted(gm, args)
+    except NotSubstitutable as why:
+        logs.recompiles.info("%s: traced again for the new sizes (%s)", _graph_name(gm), why)
+        return retraced(gm, args)
+
+
+class NotSubstitutable(Exception):
+    """A dynamic graph that `substituted` cannot make concrete (the trace again can)."""
+
+
+class _Sized(torch.Tensor):
+    """The value of a node of a concrete graph: a shape, strides, dtype and device, no data."""
+
+    @staticmethod
+    def __new__(cls, shape, stride, offset, dtype, device):
+        return torch.Tensor._make_wrapper_subclass(cls, shape, stride, offset, dtype=dtype, device=device)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotSubstitutable(f"{func} called on a node's value")
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def substituted(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list[int]]:
+    """`gm` with each symbol replaced by its value in this call, without tracing: each symbol is
+    bound from an input whose size (or integer value) is that bare symbol; every input's shape,
+    strides and offset must then equal the graph's expressions for them (else NotSubstitutable);
+    a node computing a size becomes its number wherever it is used, each other node keeps its op
+    and gets its value's shape and strides evaluated. The symbolic trace took every branch on
+    sizes under a guard Dynamo checks before this graph runs, so this is the graph a trace on
+    these values records (the same ops, sizes and layouts), at a fraction of a trace's cost."""
+    import sympy
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        raise NotSubstitutable("the call's arguments do not match the graph's inputs")
+    bound: dict = {}
+    for node, arg in zip(placeholders, args):
+        for symbolic, actual in _numbers(node.meta.get("val"), arg):
+            if isinstance(symbolic, _SYMBOLIC) and isinstance(symbolic.node.expr, sympy.Symbol):
+                bound.setdefault(symbolic.node.expr, actual)
+    memo: dict = {}
+
+    def number(value):
+        if not isinstance(value, _SYMBOLIC):
+            return value
+        expr = (type(value), value.node.expr)
+        if expr not in memo:
+            result = value.node.expr.xreplace(bound) if isinstance(value.node.expr, sympy.Basic) else value.node.expr
+            if isinstance(result, sympy.Basic) and result.free_symbols:
+                raise NotSubstitutable(f"{value.node.expr} is not a function of the inputs' sizes")
+            kind = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)]
+            memo[expr] = kind(result)
+        return memo[expr]
+
+    for node, arg in zip(placeholders, args):
+        for symbolic, actual in _numbers(node.meta.get("val"), arg):
+            if number(symbolic) != actual:
+                raise NotSubstitutable(f"input {node.name} is laid out unlike the graph's inputs")
+
+    def value_of(val):
+        if isinstance(val, torch.Tensor):
+            shape = [number(n) for n in val.shape]
+            stride = [number(n) for n in val.stride()]
+            return _Sized(shape, stride, number(val.storage_offset()), val.dtype, val.device)
+        if isinstance(val, (tuple, list)):
+            return type(val)(value_of(v) for v in val)
+        return number(val)
+
+    graph, env, positions = torch.fx.Graph(), {}, []
+    for i, (node, arg) in enumerate(zip(placeholders, args)):
+        if isinstance(arg, torch.Tensor):
+            env[node] = graph.placeholder(node.name)
+            env[node].meta["val"] = _Sized(arg.shape, arg.stride(), arg.storage_offset(), arg.dtype, arg.device)
+            positions.append(i)
+        else:
+            env[node] = arg
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        val = node.meta.get("val")
+        if node.op == "call_function" and _numbers_only(val):
+            env[node] = value_of(val)  # a size (or numbers computed from sizes): a constant now
+            continue
+        new_args = torch.fx.node.map_aggregate(torch.fx.node.map_arg(node.args, env.__getitem__), number)
+        new_kwargs = torch.fx.node.map_aggregate(torch.fx.node.map_arg(node.kwargs, env.__getitem__), number)
+        if node.op == "call_function" and val is None and not _has_node((new_args, new_kwargs)):
+            node.target(*new_args, **new_kwargs)  # a check of sizes (`_assert_scalar`): made now, as a trace would
+            continue
+        new = graph.node_copy(node, lambda n: env[n])
+        new.args, new.kwargs = new_args, new_kwargs
+        new.meta = {"val": value_of(val)} if "val" in node.meta else {}
+        env[node] = new
+    return torch.fx.GraphModule(gm, graph), positions
+
+
+def _numbers(val, arg):
+    """(symbolic, actual) pairs of an input's sizes, strides and offset (an integer input: its value)."""
+    if isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+        if val.dim() != arg.dim():
+            raise NotSubstitutable("an input of another rank")
+        yield from zip(val.shape, arg.shape)
+        yield from zip(val.stride(), arg.stride())
+        yield val.storage_offset(), arg.storage_offset()
+    elif isinstance(val, _SYMBOLIC):
+        yield val, arg
+    elif isinstance(val, torch.Tensor) or isinstance(arg, torch.Tensor):
+        raise NotSubstitutable("a tensor where the graph has a number, or the reverse")
+
+
+def _numbers_only(val) -> bool:
+    """Is `val` a number, or a tuple or list of numbers (no tensor, no None)?"""
+    if isinstance(val, (tuple, list)):
+        return bool(val) and all(_numbers_only(v) for v in val)
+    return isinstance(val, (*_SYMBOLIC, int, float, bool))
+
+
+def _has_node(value) -> bool:
+    found = []
+    torch.fx.node.map_arg(value, found.append)
+    return bool(found)
+
+
+def _graph_name(gm: torch.fx.GraphModule) -> str:
+    return type(gm).__name__
+
+
+def retraced(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list[int]]:
+    """`gm` traced again on these call values (make_fx on fake tensors), as `concrete` returns it."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]

@@ -37,6 +37,17 @@ FUSED_FROM_PARTS = (
     "native_layer_norm.default",
     "native_group_norm.default",
     "linalg_vector_norm.default",
+    # batch norm in every form AOTAutograd, functionalization or eager's dispatch leaves (the
+    # running statistics' update a pointwise op of the statistics), and its backward's other forms
+    "native_batch_norm.default",
+    "_native_batch_norm_legit.default",
+    "_native_batch_norm_legit.no_stats",
+    "_native_batch_norm_legit_functional.default",
+    "_native_batch_norm_legit_no_training.default",
+    "_batch_norm_with_update.default",
+    "_batch_norm_with_update_functional.default",
+    "_batch_norm_no_update.default",
+    "batch_norm_backward.default",
 )
 
 
@@ -128,12 +139,35 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
         except Exception as why:  # noqa: BLE001 - Untraceable, or an error make_fx reports its own way
             logs.graph.info("traced with make_fx: %s", why)
         else:
-            return Traced(functional_temporaries(gm), names, tensor_slots, outputs, closed_over)
+            return Traced(
+                _without_dead_allocations(functional_temporaries(gm)), names, tensor_slots, outputs, closed_over
+            )
     gm, outputs, closed_over = _trace_with_make_fx(fn, leaves, in_spec, tensor_slots)
     gm = functional_temporaries(gm)
     if writes_in_place(gm):
         gm = functionalized(gm, [leaves[i] for i in tensor_slots], decompositions())
-    return Traced(gm, names, tensor_slots, outputs, closed_over)
+    return Traced(_without_dead_allocations(gm), names, tensor_slots, outputs, closed_over)
+
+
+def _without_dead_allocations(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` without the tensors it makes from nothing and never reads (the reserve buffer that
+    `_batch_norm_with_update`'s decomposition returns): each would be an ATen call in the module.
+    Random draws stay (they advance the generator, as eager's do)."""
+    dead = [
+        node
+        for node in gm.graph.nodes
+        if node.op == "call_function"
+        and not node.users
+        and isinstance(node.target, torch._ops.OpOverload)
+        and not node.target._schema.is_mutable
+        and torch.Tag.nondeterministic_seeded not in node.target.tags
+        and not any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves((node.args, node.kwargs)))
+    ]
+    for node in dead:
+        gm.graph.erase_node(node)
+    if dead:
+        gm.recompile()
+    return gm
 
 
 def _flat(fn, leaves, in_spec, tensor_slots, records_of):

@@ -13,23 +13,24 @@ Each kernel is written by the writer of its plan class (`WRITERS`) into the
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import pointwise, reduction, scatter
+from minicomp.codegen import alike, matmul, pointwise, reduction, scatter
 from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
-from minicomp.codegen.reuse import reused_in_place
+from minicomp.codegen.reuse import reused_in_place, written_in_place
 from minicomp.codegen.templates import ENV
 from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, safe_name
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import attention_mask, mask_strides
 from minicomp.plan.fusion import Extern, Kernel, Plan
-from minicomp.plan.steps import PointwiseKernel, ReductionKernel, ScatterKernel
+from minicomp.plan.steps import MatmulKernel, PointwiseKernel, ReductionKernel, ScatterKernel
 from minicomp.plan.storages import Storages
 from minicomp.plan.storages import uses as step_uses
 from minicomp.runtime.launch_spec import CombinedLaunch, LaunchSpec
@@ -39,6 +40,7 @@ WRITERS: dict[type, Callable[[Plan, Kernel], KernelSource]] = {
     PointwiseKernel: pointwise.write,
     ReductionKernel: reduction.write,
     ScatterKernel: scatter.write,
+    MatmulKernel: matmul.write,
 }
 
 Piece = tuple[KernelSource, Kernel]  # a kernel's source and its plan step
@@ -119,6 +121,8 @@ class _Body:
         self.storages = Storages.of(plan)
         self.last = {name: i for i, step in enumerate(plan.steps) for name in step_uses(plan, step)}
         self.pending: Piece | None = None  # a kernel whose launch may take the next one along
+        self.written: dict[str, str] = {}  # a mutated input's new value -> the input a kernel wrote it into
+        self.alike: dict[tuple, str] = {}  # (alike.key, signature) of a kernel -> its first launcher
 
     def line(self, text: str, uses: set[str]) -> None:
         self.wrapper.append(text)
@@ -158,11 +162,13 @@ class _Body:
         source = WRITERS[type(step)](self.plan, step) if self.graph[step.stores[0]].meta.numel else None
         dying = [n for n, i in self.last.items() if i == at]
         reused = reused_in_place(self.plan, self.storages, source, dying) if source else {}
-        self.allocate(step, reused)
+        written = written_in_place(self.plan, self.storages, source, at) if source else {}
+        self.written.update(written)
+        self.allocate(step, reused | written)
         if source is None:
             return
         source = self.families.generalize(source)
-        alone = not _combinable(source, reused)
+        alone = not _combinable(source, reused | written)
         pending = self.pending
         if pending and not alone and _independent(pending[1], step) and _same_offsets(pending[0], source):
             self.pending = None
@@ -183,6 +189,9 @@ class _Body:
             return
         for name in step.stores:
             meta = graph[name].meta
+            if name in self.written:
+                self.line(f"{name} = {self.written[name]}  # the input's new value, written in place", {name})
+                continue
             if name in reused:
                 buffer, layout = reused[name], (meta.shape, self.plan.strides[name])
                 same = layout == (graph[buffer].meta.shape, graph[buffer].meta.stride)
@@ -217,18 +226,29 @@ class _Body:
             text, args, scalars, name, spec = _combo(pieces, launcher, self.device)
         text = _checked(text, self.device)
         self.runtime_names.add(type(spec).__name__)
-        self.kernels.append(text.rstrip())
+        same = alike.key(text)  # with the call's argument types: one Launch binds one binary
+        first = launcher if same is None else self.alike.setdefault((same, self.signature(args, scalars)), launcher)
+        self.kernels.append(text.rstrip() if first == launcher else _bound_to(text, launcher, first))
         stores = tuple(n for _, kernel in pieces for n in kernel.stores)
         self.calls.append(KernelCall(launcher, name, pieces[0][0].kind, tuple(args), stores, scalars))
         self.line(f"{launcher}({', '.join(args + [str(v) for v in scalars])})  # {name}", set(args))
+
+    def signature(self, buffers: list[str], scalars: tuple) -> tuple:
+        """What Triton specializes a launch's binary on, beyond its text: each buffer's dtype, the
+        integers' values (== 1, divisibility; alignment is checked at each call)."""
+        return tuple(self.graph[b].meta.dtype for b in buffers), tuple(scalars)
 
     def finish(self) -> list[str]:
         """The lines of `call`: the kernels' and extern calls', mutations copied back, each buffer
         deleted after its last use, the outputs returned."""
         self.flush()
-        mutations = self.graph.mutations
+        mutations = [(dst, src) for dst, src in self.graph.mutations if self.written.get(src) != dst]
         wrapper = self.wrapper + [f"{dst}.copy_({src})" for dst, src in mutations]
         uses = self.uses + [{dst, src} for dst, src in mutations]
+        if self.written:  # as copy_ would: autograd sees the inputs written
+            inputs = sorted(set(self.written.values()))
+            wrapper.append(f"torch._C._increment_version([{', '.join(inputs)}])")
+            uses.append(set(inputs) | set(self.written))
         wrapper = freed(wrapper, uses, self.graph)
         outputs = [o if isinstance(o, str) else repr(o) for o in self.graph.outputs]
         return wrapper + [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
@@ -277,6 +297,13 @@ def _combo(pieces: list[Piece], launcher: str, device) -> tuple[str, list[str], 
 def _input_line(graph, name: str) -> str:
     meta = graph[name].meta
     return f"{name}: {meta} stride {meta.stride}" if isinstance(meta, TensorMeta) else f"{name}: {meta}"
+
+
+def _bound_to(text: str, launcher: str, first: str) -> str:
+    """A kernel alike to an earlier one but for its names (codegen/alike.py): its header comment,
+    then its launcher bound to the earlier kernel's `Launch` (one compile, one tuning for both)."""
+    header = itertools.takewhile(lambda line: line.startswith("#"), text.lstrip().splitlines())
+    return "\n".join([*header, f"{launcher} = {first}  # the same kernel as {first} but for its names"])
 
 
 def _checked(text: str, device: torch.device) -> str:

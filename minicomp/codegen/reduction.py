@@ -62,6 +62,10 @@ class ReductionSource(KernelSource):
     rblock: int  # RBLOCK: the elements of a row each program holds
     extent: int  # the row length: elements each row reduces
     groups: int = 0  # a grouped kernel's programs, one a row group (ReductionKernel.group)
+    # row store -> buffers read at its own address and nowhere else: each program reads them for its
+    # rows in its passes and stores the row after the last one, so the store may go into such a
+    # buffer (a mutated input's new value, reuse.py `written_in_place`: batch norm's running statistics)
+    aligned: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def launch_spec(self) -> ReductionLaunch:
         return ReductionLaunch(rows=self.numel, rblock=self.rblock, extent=self.extent, groups=self.groups)
@@ -246,8 +250,11 @@ class ReductionWriter(ReductionLines, KernelWriter):
             for name in phase.stores:
                 phase.body.append(self._store(name, outs[name]))
         self.phase = self.phases[-1]
+        aligned = {}
         for name in row_stores:
             self.phase.after.append(self._store(name, outs[name]))
+            offset = self._offset(name)
+            aligned[name] = tuple(b for b, loaded in self.load_offsets.items() if loaded == {offset})
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
         return ReductionSource(
@@ -262,15 +269,20 @@ class ReductionWriter(ReductionLines, KernelWriter):
             rblock=self.rblock,
             extent=self.extent,
             groups=-(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0,
+            aligned=aligned,
         )
+
+    def _offset(self, name: str) -> Expr:
+        offset = Expr()
+        for e, stride in zip(self.index_of(self.graph[name].meta.shape), self.plan.strides[name]):
+            offset = offset + e * stride
+        return offset
 
     def _store(self, name: str, out: str) -> str:
         meta = self.graph[name].meta
         index = self.index_of(meta.shape)
         value = self.value(name, index)
-        offset = Expr()
-        for e, stride in zip(index, self.plan.strides[name]):
-            offset = offset + e * stride
+        offset = self._offset(name)
         full = self.is_full(index)
         address = paren(self.address(offset))
         if not full and not any(_has_x(e, len(self.rows)) for e in index):

@@ -5,6 +5,7 @@
     pointwise.py.j2   a pointwise kernel: one flat index space, 1-D grid
     reduction.py.j2   a reduction kernel: rows of a reduction space, XBLOCK rows a program
     combo.py.j2       two independent pointwise kernels in one launch (codegen/module.py `_combinable`)
+    matmul.py.j2      a matmul: tl.dot over K a tile a program, the epilogue's lines before its store
 
 A wheel ships them as package data in `minicomp/templates/` (pyproject.toml maps that
 package to `templates/`); a source checkout finds them beside the package.

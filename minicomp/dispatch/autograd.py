@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils import _pytree as pytree
 
 from minicomp import capture, config, guards, runtime
-from minicomp.dispatch import fallback
+from minicomp.dispatch import fallback, row_regions
 from minicomp.dispatch.training_call import LeanCall, eager_backward, simple_first_call
 
 if TYPE_CHECKING:
@@ -99,14 +99,21 @@ class TrainingEntry:
         self.policy = config.fallback(policy)  # a backward that does not compile runs as traced, by policy
         compile_forward, compile_backward = self._compilers(name, input_names, families)
 
+        self.function = self._aot(flat_fn, compile_forward, compile_backward)
+        self.rows_chunked: bool | None = None  # row_regions.py: None until a forward graph says (issue #41)
+        self._rechunk = (flat_fn, compile_forward, compile_backward)
+
+    @staticmethod
+    def _aot(flat_fn, compile_forward, compile_backward):
         from functorch.compile import aot_function  # AOTAutograd loads all of torch._dynamo
 
-        self.function = aot_function(
+        return aot_function(
             flat_fn,
             fw_compiler=compile_forward,
             bw_compiler=compile_backward,
             partition_fn=partition,
             decompositions=capture.decompositions(),
+            keep_inference_input_mutations=True,  # a buffer's update written by the graph (batch norm's stats)
         )
 
     def _flat(self, fn, leaves, in_spec):
@@ -142,6 +149,8 @@ class TrainingEntry:
         from minicomp.pipeline import compile_graph
 
         def compile_forward(gm, example_inputs):
+            if self.rows_chunked is None and row_regions.has_large_matmul(gm):
+                raise row_regions.Chunkable  # traced again with the product computed by chunks (_call)
             self.forward = compile_graph(gm, f"{name}_forward", input_names, families)
             return self.forward.boxed
 
@@ -185,7 +194,11 @@ class TrainingEntry:
             before = guards.versions(leaves, self.tensor_slots)
             eager = _eager_outputs(fn, leaves, in_spec, self.tensor_slots)
             with tangents_like_outputs(), _constants_allowed():  # AOTAutograd traces on this first call
-                outputs = NestedCall.apply(self, eager, *tensors)
+                try:
+                    outputs = NestedCall.apply(self, eager, *tensors)
+                except row_regions.Chunkable:  # a matmul's product over config "chunk_budget_bytes"
+                    self.function, self.rows_chunked = row_regions.training_function(self._aot, self._rechunk, tensors)
+                    outputs = NestedCall.apply(self, eager, *tensors)
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
             if simple_first_call(tensors, outputs, self.mutated):

@@ -29,7 +29,7 @@ from functorch.compile import make_boxed_func
 from minicomp import capture, config, runtime
 from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
-from minicomp.dispatch import fallback
+from minicomp.dispatch import fallback, row_regions
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
 from minicomp.pipeline import compile_graph
 from minicomp.runtime import compile_pool
@@ -37,8 +37,9 @@ from minicomp.runtime import compile_pool
 _graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
 
 
-def _compiler(role: str, families: Families, settings: dict, forward: dict):
-    """`forward` carries the forward graph to the backward's compile (its saved activations)."""
+def _compiler(role: str, families: Families, settings: dict, forward: dict, graphs=None):
+    """`forward` carries the forward graph to the backward's compile (its saved activations);
+    `graphs` (runtime/graphs.py) records CUDA graphs of what it compiles, when asked for."""
 
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         name = f"dynamo_graph{next(_graph_ids)}_{role}"
@@ -59,12 +60,13 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict):
                     compiled = compile_graph(static, name, input_names, families=families, freed_inputs=saved)
                 return _eager_when_reentered(compiled.boxed, compiled, static)
 
-            return specialize.Specializing(gm, compile_static, fail)
+            return _graphed(graphs, specialize.Specializing(gm, compile_static, fail), name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
                 compiled = compile_graph(gm, name, families=families, freed_inputs=saved, output_layouts=layouts)
-            return _eager_when_reentered(_checked_first_call(compiled, gm, fail), compiled, gm)
+            run = _eager_when_reentered(_checked_first_call(compiled, gm, fail), compiled, gm)
+            return _graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fail(err)
             return make_boxed_func(gm.forward)
@@ -117,18 +119,25 @@ def _eager_when_reentered(boxed, compiled, gm: torch.fx.GraphModule):
     return run
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs):
-    """The Dynamo backend: ATen graphs through AOTAutograd, each compiled by minicomp."""
+def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, mode: str | None = None):
+    """The Dynamo backend: ATen graphs through AOTAutograd, each compiled by minicomp.
+
+    torch.compile passes its `mode` and `options` here: `mode="reduce-overhead"` replays CUDA
+    graphs (runtime/graphs.py), as for Inductor; `options` sets any of config's tunables for this
+    model (`options={"cuda_graphs": True}`)."""
     from torch._dynamo.backends.common import aot_autograd
 
-    families, settings, forward = Families(), config.current(), {}
+    families, settings, forward = Families(), config.current() | _options(options, mode), {}
+    graphs = _graphs(settings, example_inputs)
     gm = closed_over.with_checked_forms(gm)
+    gm = row_regions.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks
     compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
     compile_both = aot_autograd(
-        fw_compiler=_compiler("forward", families, settings, forward),
-        bw_compiler=_compiler("backward", families, settings, forward),
+        fw_compiler=_compiler("forward", families, settings, forward, graphs),
+        bw_compiler=_compiler("backward", families, settings, forward, graphs),
         partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
         decompositions=capture.decompositions(),
+        keep_inference_input_mutations=True,  # a buffer's update (batch norm's running stats) in the graph
     )
     with _backward_with_forward(), tangents_like_outputs(), _autograd_functions() as built:
         compiled = compile_both(gm, example_inputs)
@@ -137,6 +146,67 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
         if getattr(getattr(function, "metadata", None), "bw_donated_idxs", []) is None:
             function.metadata.bw_donated_idxs = []  # none donated (_backward_with_forward): retain_graph works
     return compiled
+
+
+MODES = {"default": {}, "reduce-overhead": {"cuda_graphs": True}}  # torch.compile's `mode` for this backend
+
+
+def _options(options: dict | None, mode: str | None) -> dict:
+    """The tunables torch.compile's `mode` and `options` set (config.ConfigError for others)."""
+    if mode is not None and mode not in MODES:
+        raise config.ConfigError(f"backend 'minicomp' has the modes {', '.join(MODES)}, not {mode!r}")
+    settings = dict(MODES[mode or "default"])
+    for name, value in (options or {}).items():
+        if name not in config.DEFAULTS:
+            raise config.ConfigError(
+                f"backend 'minicomp' has no option {name!r}; its options are config's tunables: "
+                + ", ".join(config.DEFAULTS)
+            )
+        settings[name] = value
+    return settings
+
+
+def _graphs(settings: dict, example_inputs):
+    """The CUDA graphs of this Dynamo graph's forward and backward (runtime/graphs.py), where
+    `settings` ask for them and an input is on a GPU; else None."""
+    if not settings["cuda_graphs"] or not any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
+        return None
+    from minicomp.runtime.graphs import Graphs
+
+    return Graphs(settings["cuda_graph_limit"], settings["cuda_graph_rerecords"])
+
+
+def _graphed(graphs, run, name: str, role: str, gm: torch.fx.GraphModule, forward: dict):
+    """`run` replaying CUDA graphs (runtime/graphs.py) when `graphs` is given. A forward's static
+    inputs are the parameters and buffers (AOTAutograd's `static_input_indices`) and any input it
+    writes into (an input mutation AOTAutograd keeps in the graph), and its outputs
+    past those a backward reads are handed to it uncopied; a backward's static inputs are all but
+    its tangents (saved activations, parameters)."""
+    if graphs is None:
+        return run
+    if role == "backward":
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        static = [i for i, n in enumerate(placeholders) if not n.name.startswith("tangents")]
+        return graphs.wrap(run, name, static=static)
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    fixed = set(getattr(metadata, "static_input_indices", None) or ())
+    for i, info in enumerate(getattr(metadata, "input_info", None) or ()):  # an input the graph writes into
+        if getattr(getattr(info, "mutation_type", None), "name", None) == "MUTATED_IN_GRAPH":
+            fixed.add(i)
+
+    def static(i: int, t: torch.Tensor) -> bool:  # (a parameter: also where AOTAutograd did not say)
+        return i in fixed or isinstance(t, torch.nn.Parameter)
+
+    return graphs.wrap(run, name, static=static, saved=lambda: _saved_count(forward))
+
+
+def _saved_count(forward: dict) -> int:
+    """How many of the forward's last outputs its backward reads (0 while no backward is compiled)."""
+    backward = forward.get("bw_gm")
+    if backward is None:
+        return 0
+    return sum(1 for n in backward.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents"))
 
 
 @contextlib.contextmanager

@@ -83,7 +83,7 @@ def _same_defaults(a: tuple, b: tuple) -> bool:
 class JitFunction:
     """A function compiled by minicomp; call it like the original."""
 
-    def __init__(self, fn, fallback: str | None = None, name: str | None = None, context=None):
+    def __init__(self, fn, fallback: str | None = None, name: str | None = None, context=None, cuda_graphs=None):
         if not callable(fn):
             raise TypeError(f"minicomp.jit needs a function or module, not {type(fn).__name__}")
         self.fn = fn
@@ -116,6 +116,11 @@ class JitFunction:
         self._fingerprinted_state = None  # the values read that the fingerprint was taken under
         self._families: Families | None = None  # made on the first compile (codegen/families.py)
         self._lock = threading.RLock()
+        self.graphs = None  # runtime/graphs.py: CUDA graphs of its signatures, when asked for
+        if cuda_graphs or (cuda_graphs is None and config.get("cuda_graphs")):
+            from minicomp.runtime.graphs import Graphs
+
+            self.graphs = Graphs()
 
     # -- the call path --------------------------------------------------------
 
@@ -193,6 +198,8 @@ class JitFunction:
                 self._note_recompile(key)
                 try:
                     entry = self._build(key, leaves, in_spec)
+                    if self.graphs is not None:
+                        self._graphed(entry)
                     result = entry(self.fn, leaves, in_spec)
                     entry.ran = True
                 except Exception as err:  # noqa: BLE001 - any failure falls back to eager, by policy
@@ -273,6 +280,26 @@ class JitFunction:
             )
         watched = guards.grad_watched(traced.closed_over)
         return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled, watched)
+
+    def _graphed(self, entry) -> None:
+        """`entry`'s calls replaying CUDA graphs (runtime/graphs.py): the inputs it writes into
+        and the module's parameters and buffers are read in place, other tensors copied in. A
+        training signature runs without graphs (torch.compile's are graphed: dispatch/dynamo.py)."""
+        if isinstance(entry, TrainingEntry):
+            logs.cudagraphs.info("%s: a training signature of minicomp.jit runs without CUDA graphs", self.__name__)
+        if not isinstance(entry, Entry):  # (a CPU signature's graphs refuse on its first call)
+            return
+        positions = entry.slots or entry.tensor_slots
+        written = {p for p, slot in enumerate(positions) if slot in entry.mutated}
+        module = getattr(self.context, "module", None)
+        state = set() if module is None else {t.data_ptr() for t in [*module.parameters(), *module.buffers()]}
+
+        def static(i: int, t: torch.Tensor) -> bool:
+            return i in written or isinstance(t, torch.nn.Parameter) or t.data_ptr() in state
+
+        call = entry.call
+        graphed = self.graphs.wrap(lambda args: call(*args), self.__name__, static=static)
+        entry.call = lambda *args: graphed(list(args))
 
     def _persistent_key(self, key: guards.SignatureKey) -> str | None:
         """The key of this signature on disk: the fingerprint of the function and what it reads,

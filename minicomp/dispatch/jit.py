@@ -11,7 +11,7 @@ from minicomp.dispatch.modules import JitModule
 __all__ = ["CompileError", "JitFunction", "JitModule", "jit"]
 
 
-def jit(fn=None, *, fallback: str | None = None):
+def jit(fn=None, *, fallback: str | None = None, cuda_graphs: bool | None = None):
     """Compile `fn` with minicomp: `@jit`, `@jit(fallback="raise")`, `jit(fn)` or `jit(module)`.
 
     An `nn.Module` comes back as a module whose forward is compiled, with its
@@ -20,9 +20,13 @@ def jit(fn=None, *, fallback: str | None = None):
     fallback: what happens when a signature cannot be compiled: "warn" (run
     eagerly with a warning, the default; env MINICOMP_FALLBACK), "silent", or
     "raise" (CompileError). See fallback.py.
+
+    cuda_graphs: replay each CUDA signature as a CUDA graph (runtime/graphs.py; default config
+    "cuda_graphs", off): outputs come back as copies, a module's parameters and buffers are read
+    in place, other inputs copied into the graph's buffers.
     """
     if fn is None:
-        return lambda f: jit(f, fallback=fallback)
+        return lambda f: jit(f, fallback=fallback, cuda_graphs=cuda_graphs)
     if isinstance(fn, torch.nn.Module):
-        return JitModule(fn, fallback)
-    return JitFunction(fn, fallback)
+        return JitModule(fn, fallback, cuda_graphs=cuda_graphs)
+    return JitFunction(fn, fallback, cuda_graphs=cuda_graphs)

@@ -146,10 +146,12 @@ def _module_key(m: torch.nn.Module) -> tuple:
 
 
 class JitModule(torch.nn.Module):
-    def __init__(self, module: torch.nn.Module, fallback: str | None = None):
+    def __init__(self, module: torch.nn.Module, fallback: str | None = None, cuda_graphs: bool | None = None):
         super().__init__()
         self.module = module
-        self.compiled = JitFunction(self._forward, fallback, name=type(module).__name__, context=ModuleContext(module))
+        self.compiled = JitFunction(
+            self._forward, fallback, name=type(module).__name__, context=ModuleContext(module), cuda_graphs=cuda_graphs
+        )
 
     def _forward(self, state, *args, **kwargs):
         return functional_call(self.module, state, args, kwargs)

@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import hashlib
 
-from minicomp import logs, runtime
+from minicomp import config, logs, runtime
 from minicomp.capture import Outputs
 from minicomp.runtime import cache
 
 
 def key(fingerprint: str, signature) -> str:
-    return hashlib.sha256(f"{fingerprint}\x00{signature!r}".encode()).hexdigest()[:32]
+    """The entry's name: the function, the call's signature and the settings that change what is
+    generated for them (MINICOMP_MATMUL: a template or ATen's matmul)."""
+    settings = f"matmul={config.get('matmul')}"
+    return hashlib.sha256(f"{fingerprint}\x00{signature!r}\x00{settings}".encode()).hexdigest()[:32]
 
 
 def _path(entry_key: str):

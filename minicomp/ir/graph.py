@@ -265,7 +265,9 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
     outputs: list = []
     mutations: list[tuple[str, str]] = []
     constants: dict[str, torch.Tensor] = {}
+    read_after = set(gm.graph.nodes)  # the nodes not yet passed
     for fx_node in gm.graph.nodes:
+        read_after.discard(fx_node)
         if fx_node.op == "placeholder":
             name = rename.get(fx_node.name, fx_node.name)
             nodes.append(Node(name, "input", meta=_meta_of(fx_node.meta.get("val"))))
@@ -276,6 +278,11 @@ def from_fx(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> G
         elif fx_node.op == "call_function":
             if fx_node.target is torch.ops.aten.copy_.default and fx_node.args[0].op == "placeholder":
                 mutations.append((_convert(fx_node.args[0], rename).name, _convert(fx_node.args[1], rename).name))
+                # its result is the new value (a decomposition's running mean read on, `W += x; return W`);
+                # the input itself is written at the end, so nothing may read it after the write
+                rename[fx_node.name] = mutations[-1][1]
+                if any(u is not fx_node and u.op != "output" and u in read_after for u in fx_node.args[0].users):
+                    raise NotImplementedError(f"{fx_node.name}: an input read after a write into it")
                 continue
             node = Node(
                 rename.get(fx_node.name, fx_node.name),

@@ -51,7 +51,7 @@ from minicomp.ir import Graph
 from minicomp.lowering.layout import attention_mask, mask_strides, output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
-from minicomp.plan import apart, row_reads, scatter, stages
+from minicomp.plan import apart, matmul, row_reads, scatter, stages
 from minicomp.plan.reduction_space import ReductionSpace, reduction_form, row_itemsize
 from minicomp.plan.steps import Extern, Kernel, Plan, PointwiseKernel, ReductionKernel, Refusal
 
@@ -85,7 +85,8 @@ def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
     strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
     _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
-    return Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
+    plan = Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
+    return matmul.templated(plan, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
 
 
 _CUT = "cut by the caller: the kernel that fused them could not be written"

@@ -113,6 +113,29 @@ class ScatterKernel(Kernel):
 
 
 @dataclass
+class MatmulKernel(Kernel):
+    """A matmul (`matmul`: an mm, addmm or bmm node) as a Triton template (codegen/matmul.py):
+    tiles of its output `shape` ([B,] M, N) accumulated over K in float32, and what it `stores`
+    evaluated at each tile's index in the store: its *epilogue* (plan/matmul.py), the pointwise
+    values a kernel would compute from the product at the same element (bias, activation,
+    residual, cast); the product itself only where something else reads it. `nodes` holds the
+    matmul first, then the epilogue's nodes; `loads` its operands, then what the epilogue reads."""
+
+    matmul: str = ""
+    why: str = ""  # why the template runs it (plan/matmul.py `choice`)
+    prologue: tuple[str, ...] = ()  # operands it computes as it loads them (their producers inlined), not read
+
+    @property
+    def name(self) -> str:
+        """mc_<the matmul's op>_<the epilogue's ops, five>_<index>."""
+        words = [op.strip("_") for op in dict.fromkeys(self.op_names)]
+        return f"mc_{'_'.join(words[:6])}_{self.index}"
+
+    def headline(self) -> str:
+        return f"kernel {self.name}  stage {self.stage}  matmul template over {list(self.shape)} ({self.why})"
+
+
+@dataclass
 class Extern:
     """An ATen call in the generated wrapper."""
 

@@ -1,10 +1,11 @@
 """Runtime: what a generated module imports and what loads it. Never the compiler.
 
 launch.py          Launch: one kernel's launches, coordinating the modules below
-launch_spec.py     Pointwise-, Combined-, Reduction-, ScatterLaunch: a kernel kind's grid and configurations
+launch_spec.py     Pointwise-, Combined-, Reduction-, Scatter-, MatmulLaunch: a kernel kind's grid and configurations
 launch_configs.py  the configurations a kernel is launched with and tuned over
 tuning.py          which configuration the first call takes: heuristic, remembered or timed
 matmul_timing.py   a matmul timed as planned and padded: does padding pay on this GPU
+matmul_choice.py   a matmul template timed against cuBLAS + an epilogue kernel: which runs it ("auto")
 records.py         a kernel's records on disk: its compiled binaries and its tuning choice
 ahead.py           compiling a kernel ahead of its first call
 binding.py         a compiled kernel bound to its C launcher: the call path once compiled
@@ -14,17 +15,19 @@ cache.py           the cache directory: private, verified, only its own files
 externs.py         an extern call's real output held to the planned layout (conform)
 interpreter_math.py  libdevice spelled for Triton's interpreter (CPU tensors)
 checks.py          device-side asserts in kernels (bounds, division by zero): raised as eager does
+graphs.py          CUDA graphs of compiled callables: recorded per signature, replayed (opt-in)
 """
 
 from minicomp.runtime.externs import ExternMismatch, aligned, conform
 from minicomp.runtime.launch import Launch, Reentered, interpreting
-from minicomp.runtime.launch_spec import CombinedLaunch, PointwiseLaunch, ReductionLaunch, ScatterLaunch
+from minicomp.runtime.launch_spec import CombinedLaunch, MatmulLaunch, PointwiseLaunch, ReductionLaunch, ScatterLaunch
 from minicomp.runtime.loader import forget_loaded, load, module_name, module_path, source_hash
 
 __all__ = [
     "CombinedLaunch",
     "ExternMismatch",
     "Launch",
+    "MatmulLaunch",
     "aligned",
     "conform",
     "PointwiseLaunch",

@@ -158,4 +158,75 @@ class ReductionLaunch(_Spec):
         return reduction_candidates(self.program_rows, self.rblock)
 
 
-LaunchSpec = PointwiseLaunch | CombinedLaunch | ReductionLaunch | ScatterLaunch
+Tile = tuple[int, int, int, int, int]  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, pipeline stages)
+GPU_TILES = {  # a matmul template's candidates on a GPU, by operand bytes (clamped to the sizes: matmul_tiles)
+    2: ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 4)),
+    4: ((128, 128, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4)),
+}
+
+
+def matmul_tiles(m: int, n: int, k: int, itemsize: int, device: torch.device) -> tuple[Tile, ...]:
+    """The tile shapes a matmul template is written for (at most 5: its launch times them on a
+    GPU). Each block is at most the size's next power of two (at least 16, tl.dot's least);
+    Triton's interpreter (CPU) runs one, as large as the sizes, up to 64."""
+
+    def fit(block: int, size: int, least: int = 16) -> int:
+        return min(block, max(least, 1 << max(size - 1, 0).bit_length()))
+
+    if device.type == "cpu":
+        return ((fit(64, m), fit(64, n), fit(64, k), 1, 1),)
+    found = []
+    for bm, bn, bk, warps, stages in GPU_TILES[4 if itemsize == 4 else 2]:
+        tile = (fit(bm, m), fit(bn, n), fit(bk, k), warps if fit(bm, m) * fit(bn, n) >= 128 * 128 else 4, stages)
+        if tile not in found:
+            found.append(tile)
+    return tuple(found)
+
+
+@dataclass(frozen=True, repr=False)
+class MatmulLaunch(_Spec):
+    """A matmul template (codegen/matmul.py): `batch` products of [m, k] @ [k, n], a program a tile
+    of the output. Its kernel is written for each of `tiles`; the launch's block `TILE` = 1 << i
+    picks tile i (its constexpr if-chain), with that tile's warps. Small ones take the tile that
+    gives the GPU enough programs; from config "tune_min_numel" multiply-adds the first call times
+    every tile (tuning.py) and remembers the fastest."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    tiles: tuple[Tile, ...]
+
+    block_name: ClassVar[str] = "TILE"
+
+    @property
+    def numel(self) -> int:
+        """The size a tuning record is named by: the output's elements."""
+        return self.batch * self.m * self.n
+
+    @property
+    def work(self) -> int:
+        return self.batch * self.m * self.n * self.k
+
+    def tile(self, code: int) -> Tile:
+        return self.tiles[code.bit_length() - 1]
+
+    def grid(self, code: int) -> int:
+        bm, bn = self.tile(code)[:2]
+        return self.batch * -(-self.m // bm) * -(-self.n // bn)
+
+    def heuristic(self, device: torch.device) -> tuple[int, int]:
+        """The largest tile that still gives about two programs an SM (132 on an H100), else the
+        one giving the most programs."""
+        if device.type == "cpu":
+            return 1, 1
+        by_size = sorted(range(len(self.tiles)), key=lambda i: -self.tiles[i][0] * self.tiles[i][1])
+        enough = [i for i in by_size if self.grid(1 << i) >= 264]
+        i = enough[0] if enough else max(by_size, key=lambda i: self.grid(1 << i))
+        return 1 << i, self.tiles[i][3]
+
+    def candidates(self) -> list[tuple[int, int]]:
+        return [(1 << i, tile[3]) for i, tile in enumerate(self.tiles)]
+
+
+LaunchSpec = PointwiseLaunch | CombinedLaunch | ReductionLaunch | ScatterLaunch | MatmulLaunch

@@ -70,6 +70,7 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
                 f"fusion plan{tag}",
                 str(compiled.plan) + ("" if compiled.plan.refusals else "\nnot fused: nothing (no edge was refused)"),
             ),
+            *_matmuls(compiled, tag),
             (f"generated module{tag}", compiled.source),
             (f"compile time{tag}", compile_time(compiled)),
         ]
@@ -80,6 +81,30 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
         report.image.write_text(graph_svg(graphs[0][1], title=f"{jitted.__name__}: fusion clusters"))
         report.sections.append(("image", f"graph with fusion clusters written to {report.image}"))
     return report
+
+
+def _matmuls(compiled: Compiled, tag: str) -> list[tuple[str, str]]:
+    """A section for the graph's matmuls, if it has any: each one's choice (a Triton template with
+    its epilogue, or ATen's call) and why (plan/matmul.py); on a GPU, after the first call, the
+    template's tile candidates' measured times (its tuning record)."""
+    from minicomp.plan.matmul import choices
+    from minicomp.runtime import cache
+
+    lines = choices(compiled.plan)
+    for call in compiled.kernels:
+        launch = compiled.launch(call)
+        if call.kind == "matmul" and launch.device.type == "cuda" and launch.config is not None:
+            record = cache.read_record(launch.records.tuning_path(launch.spec.numel)) or {}
+            timed = {  # "TILExwarps" -> ms, as tuning.py records it
+                str(launch.spec.tile(int(k.split("x")[0]))[:3]): f"{ms:.4f} ms"
+                for k, ms in record.get("ms", {}).items()
+            }
+            chosen = launch.spec.tile(launch.config[0])
+            lines.append(
+                f"  {call.name}: tile (BLOCK_M, BLOCK_N, BLOCK_K) {chosen[:3]}, {chosen[3]} warps, {chosen[4]} stages"
+                f"; candidates timed: {timed or 'none (a small kernel takes the heuristic)'}"
+            )
+    return [(f"matmuls{tag}", "\n".join(lines))] if lines else []
 
 
 def _run_backward_once(jitted: JitFunction, args, kwargs) -> None:

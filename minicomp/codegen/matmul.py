@@ -1,0 +1,316 @@
+"""Kernels of kind "matmul": an mm, addmm or bmm as a Triton template, its epilogue in the store
+(plan/steps.py `MatmulKernel`, plan/matmul.py).
+
+A program computes one [BLOCK_M, BLOCK_N] tile of the product (of one batch element, for bmm:
+the batch is the outermost part of the program id), `tl.dot` over K in BLOCK_K steps into a
+float32 accumulator; tiles are walked in grouped order (GROUP_M rows of tiles share b's tiles
+in L2). The operands are read at their own strides, so a transposed operand (a backward's
+`dy.t()`) is read in place. Sizes and strides are literals: rows and columns past M and N
+wrap (`rm % M`) instead of being masked, and K's last step is masked only where BLOCK_K does
+not divide K (decided by Triton as it compiles each tile).
+
+The epilogue is written by the same lowering rules as every kernel: the writer's tile is
+`[BLOCK_M, BLOCK_N]`, its index variables the tile's rows and columns (`x{d}` = `rm[:, None]`,
+`rn[None, :]`, and the batch `pid_b`), and the product's value at that index is the
+accumulator, rounded to the product's dtype as eager's matmul rounds it (an addmm's bias added
+first, as cuBLAS adds it). Each store (the product where something else reads it, then the
+epilogue's values) is evaluated at the element row-major order puts at the tile's element
+(plan/matmul.py checked that this reads the product there) and stored at its own strides.
+
+The kernel is written for each of the launch's tile shapes (`runtime/launch_spec.py`
+`matmul_tiles`, at most 5): `TILE` picks one, chosen on a GPU by timing them on the first call
+(tuning.py) and remembered in the tuning cache. Template: matmul.py.j2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
+from minicomp.ir import dtypes
+from minicomp.lowering import ops
+from minicomp.lowering.indexing import Expr, IterationSpace, Var, resolve_sizes
+from minicomp.lowering.ops.core import broadcast_index
+from minicomp.lowering.ops.views import reshape_index
+from minicomp.plan import matmul as planning
+from minicomp.plan.fusion import Plan
+from minicomp.plan.steps import MatmulKernel
+from minicomp.runtime.launch_spec import MatmulLaunch, Tile, matmul_tiles
+
+
+@dataclass(kw_only=True)
+class MatmulSource(KernelSource):
+    """A matmul kernel's text and its launch fields."""
+
+    kind: ClassVar[str] = "matmul"
+    template: ClassVar[str] = "matmul.py.j2"
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    tiles: tuple[Tile, ...]
+    a_strides: tuple[int, int]
+    b_strides: tuple[int, int]
+    a_pointer: str  # the operands' pointer parameters
+    b_pointer: str
+    a_base: str  # `pid_b * stride + ` of a batched operand, else ""
+    b_base: str
+    precision: str  # tl.dot's input_precision argument, for float32
+    upcast: str  # `.to(tl.float32)` of 16-bit operands in Triton's interpreter, whose tl.dot reads bf16 wrong
+    a_prologue: list[str] = field(default_factory=list)  # the lines that compute an operand inline
+    b_prologue: list[str] = field(default_factory=list)  # (in the K loop: plan/matmul.py `_prologues`)
+
+    def launch_spec(self) -> MatmulLaunch:
+        return MatmulLaunch(batch=self.batch, m=self.m, n=self.n, k=self.k, tiles=self.tiles)
+
+
+def write(plan: Plan, kernel: MatmulKernel) -> MatmulSource:
+    return MatmulWriter(plan, kernel).write()
+
+
+class MatmulWriter(KernelWriter):
+    tile = "[BLOCK_M, BLOCK_N]"
+    root_mask = "mask"
+    reserved = (
+        "pid", "pid_b", "pid_m", "pid_n", "tiles_m", "tiles_n", "group_size", "first_m", "group_m",
+        "rm", "rn", "rk", "ram", "rbn", "a_ptrs", "b_ptrs", "acc", "a", "b", "k", "mask", "mmask", "nmask",
+        "BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "TILE",
+    )  # fmt: skip
+
+    def __init__(self, plan: Plan, kernel: MatmulKernel):
+        self.product = plan.graph[kernel.matmul]
+        super().__init__(plan, kernel, IterationSpace(self.product.meta.shape))
+        self.root = tuple(self.space.var(d) for d in range(len(kernel.shape)))
+        self.batched = len(kernel.shape) == 3
+
+    def fresh(self, hint: str) -> str:
+        """A node named like one of the template's own variables (an input `mask`, `b`) takes another
+        name: the template's are still read after the epilogue's lines begin."""
+        return super().fresh(f"{hint}_" if hint in self.reserved else hint)
+
+    def load_mask(self, index, mask: tuple[str, ...]) -> str:
+        """A load that varies along one axis of the tile only (a bias: its columns) is a row or a
+        column of it, masked by that axis alone: [1, BLOCK_N] loads, not BLOCK_M copies of them."""
+        rank = len(self.kernel.shape)
+        rows, cols = (any(_uses(e, d) for e in index) for d in (rank - 2, rank - 1))
+        base = "nmask" if cols and not rows else "mmask" if rows and not cols else "mask"
+        return " & ".join((base,) + mask)
+
+    def address(self, expr: Expr) -> str:
+        return expr.render(self.atom_name)  # (no flat `offsets` here: each variable is the tile's)
+
+    def _evaluate(self, name: str, index, mask) -> ops.Value:
+        if name == self.kernel.matmul:  # plan/matmul.py reads the product only at the tile's element
+            if planning.at_product(index, self.root) and not mask:
+                return self.memo[(name, self.root, ())]
+            raise NotImplementedError(f"{name} is read at {index}, not at its tile's element {self.root}")
+        return super()._evaluate(name, index, mask)
+
+    def write(self) -> MatmulSource:
+        graph, e = self.graph, self.kernel.matmul
+        meta = self.product.meta
+        a, b, bias = planning.operands(graph, e)
+        self.pointers = {x: f"{x}_ptr" for x in (a, b) if x not in self.kernel.prologue}
+        writers = {
+            role: OperandWriter(self.plan, self.kernel, x, role, self.pointers)
+            for role, x in (("a", a), ("b", b))
+            if x in self.kernel.prologue
+        }
+        prologues = {role: writer.lines_for() for role, writer in writers.items()}
+        loaded = {  # bytes an operand's tile element loads from memory a step
+            role: writers[role].tile_bytes() if role in writers else graph[x].meta.dtype.itemsize
+            for role, x in (("a", a), ("b", b))
+        }
+        self.memo[(e, self.root, ())] = self._product(bias)
+        outs = out_pointers(self.kernel.stores)
+        stores = []
+        for name, out in outs.items():
+            store_meta = graph[name].meta
+            index = reshape_index(self.root, meta.shape, store_meta.shape)
+            value = self.value(name, index)
+            offset = Expr()
+            for i, stride, extent in zip(index, self.plan.strides[name], store_meta.shape):
+                if extent > 1:
+                    offset = offset + i * stride
+            address = paren(self.address(offset)) if not offset.is_const else "0"
+            stores.append(f"tl.store({out} + {address}, {ops.cast(value, store_meta.dtype)}, mask=mask)")
+        params = list(self.pointers.values()) + list(outs.values())
+        args = list(self.pointers) + list(outs)
+        am, bm = graph[a].meta, graph[b].meta
+        m, n, k = meta.shape[-2], meta.shape[-1], am.shape[-1]
+        wide = needs_wide_index(graph, meta.numel, args)
+        tiles = matmul_tiles(m, n, k, meta.dtype.itemsize, meta.device)
+        tiles = _fitting(tiles, loaded, set(writers), meta.dtype.itemsize)
+        return MatmulSource(
+            kernel=self.kernel,
+            name=self.kernel.name,
+            params=params,
+            args=args,
+            numel=meta.numel,
+            header=self._header(m, n, k),
+            body=self._definitions() + self.plain_loads + self.lines + stores,
+            wide_index=wide,
+            batch=meta.shape[0] if self.batched else 1,
+            m=m,
+            n=n,
+            k=k,
+            tiles=tiles,
+            a_strides=am.stride[-2:],
+            b_strides=bm.stride[-2:],
+            a_pointer=self.pointers.get(a, ""),
+            b_pointer=self.pointers.get(b, ""),
+            a_prologue=prologues.get("a", []),
+            b_prologue=prologues.get("b", []),
+            a_base=f"pid_b * {am.stride[0]} + " if self.batched and am.shape[0] > 1 else "",
+            b_base=f"pid_b * {bm.stride[0]} + " if self.batched and bm.shape[0] > 1 else "",
+            precision=_precision(meta.dtype, meta.device),
+            upcast=".to(tl.float32)" if meta.device.type == "cpu" and meta.dtype in dtypes.LOW_PRECISION else "",
+        )
+
+    def _product(self, bias: str | None) -> ops.Value:
+        """The product's value at the tile's element: the accumulator (alpha times it, plus beta
+        times an addmm's bias), rounded to the product's dtype as eager's result is."""
+        graph, e = self.graph, self.kernel.matmul
+        meta = self.product.meta
+        alpha, beta = planning.scales(graph, e)
+        code = "acc" if alpha == 1 else f"acc * {float(alpha)!r}"
+        if bias is not None and beta != 0:
+            self.loads.add(bias)
+            term = self.value(bias, broadcast_index(self.root, graph[bias].meta.shape))
+            added = term.code if beta == 1 else f"{term.code} * {float(beta)!r}"
+            code = f"{code} + {added}"
+        if meta.dtype in dtypes.LOW_PRECISION:
+            code = f"({code}).to({dtypes.triton_dtype(meta.dtype)}).to(tl.float32)"
+        elif code == "acc":
+            return ops.Value("acc", torch.float32)
+        return self.temp(code, torch.float32, e, f"aten.{self.product.op_name}: the product, rounded as eager's")
+
+    def _definitions(self) -> list[str]:
+        """The index variables the epilogue uses: the batch, the tile's rows and its columns."""
+        rank = len(self.kernel.shape)
+        text = {rank - 2: "rm[:, None]", rank - 1: "rn[None, :]"}
+        if self.batched:
+            text[0] = "pid_b"
+        return [f"x{v.dim} = {text[v.dim]}" for v in sorted(self.vars, key=lambda v: v.dim) if isinstance(v, Var)]
+
+    def _header(self, m: int, n: int, k: int) -> list[str]:
+        kern = self.kernel
+        batch = f"{kern.shape[0]} x " if self.batched else ""
+        epilogue = [n for n in kern.nodes if n != kern.matmul]
+        return [
+            f"kernel {kern.index}: {kern.matmul} = aten.{self.product.op_name}, "
+            f"then its epilogue {', '.join(epilogue) or '-'}",
+            f"  matmul: {batch}[{m}, {k}] @ [{k}, {n}] in {str(self.product.meta.dtype).removeprefix('torch.')}, "
+            f"accumulated in float32 ({kern.why})",
+            f"  reads {', '.join(kern.loads)}; writes {', '.join(kern.stores)}",
+        ]
+
+
+class OperandWriter(KernelWriter):
+    """The lines that compute an operand inside the K loop (a prologue): the operand evaluated
+    through the lowering rules at the step's tile, `[BLOCK_M, BLOCK_K]` of a or `[BLOCK_K,
+    BLOCK_N]` of b (rows wrapped as the template's loads are, K's tail masked and zero, as a load
+    past K is), rounded to the operand's dtype as the tensor eager multiplies holds it. Its names
+    end in `_a` or `_b` (its index variables `ia0`, ...), apart from the epilogue's and the other
+    operand's; its buffers are the kernel's parameters (`pointers`, shared)."""
+
+    root_mask = "kmask"
+    reserved = MatmulWriter.reserved
+
+    def __init__(self, plan: Plan, kernel: MatmulKernel, name: str, role: str, pointers: dict[str, str]):
+        self.operand, self.role = name, role
+        self.tile = "[BLOCK_M, BLOCK_K]" if role == "a" else "[BLOCK_K, BLOCK_N]"
+        self.root_mask = f"kmask_{role}"
+        super().__init__(plan, kernel, IterationSpace(plan.graph[name].meta.shape))
+        self.pointers = pointers
+        self.rank = len(plan.graph[name].meta.shape)
+
+    def fresh(self, hint: str) -> str:
+        return super().fresh(f"{hint}_{self.role}")
+
+    def atom_name(self, atom) -> str:
+        if isinstance(atom, Var):
+            self.vars.add(atom)
+            return f"i{self.role}{atom.dim}"
+        return super().atom_name(atom)
+
+    def address(self, expr: Expr) -> str:
+        return expr.render(self.atom_name)
+
+    def tile_bytes(self) -> int:
+        """Bytes each element of the operand's tile loads: the itemsizes of the buffers loaded at
+        both of the tile's axes (a weight cast from float32: 4; a row like a scale's: none)."""
+        dims = (self.rank - 2, self.rank - 1)
+        return sum(
+            self.graph[name].meta.dtype.itemsize
+            for name, offsets in self.load_offsets.items()
+            if any(o is not None and all(_uses(o, d) for d in dims) for o in offsets)
+        )
+
+    def lines_for(self) -> list[str]:
+        """The prologue: index variables, the K mask, the operand's lines, then `a = ...`."""
+        meta = self.graph[self.operand].meta
+        root = tuple(self.space.var(d) for d in range(self.rank))
+        value = ops.cast(self.value(self.operand, root), meta.dtype)
+        k = "(k + rk)[None, :]" if self.role == "a" else "(k + rk)[:, None]"
+        text = (
+            {self.rank - 2: "ram[:, None]", self.rank - 1: k}
+            if self.role == "a"
+            else {self.rank - 2: k, self.rank - 1: "rbn[None, :]"}
+        )
+        if self.rank == 3:
+            text[0] = "pid_b"
+        defs = [f"i{self.role}{v.dim} = {text[v.dim]}" for v in sorted(self.vars, key=lambda v: v.dim)]
+        mask = f"{self.root_mask} = {k} < {meta.shape[-1] if self.role == 'a' else meta.shape[-2]}"
+        zero = "0" if meta.dtype in (torch.int32, torch.int64) else "0.0"
+        lines = [
+            mask,
+            *defs,
+            *self.plain_loads,
+            *self.lines,
+            f"{self.role} = tl.where({self.root_mask}, {value}, {zero})",
+        ]
+        return [resolve_sizes(line) for line in lines]  # literals (a family varies the epilogue's only)
+
+
+SHARED_BYTES = 220 * 1024  # shared memory a tile may plan for (an H100's or H200's 227 KiB, less some)
+
+
+def _fitting(tiles: tuple[Tile, ...], loaded: dict[str, int], computed: set[str], itemsize: int) -> tuple[Tile, ...]:
+    """The tiles whose pipeline fits in shared memory: `stages` buffers of what each step loads
+    (`loaded`: bytes an element of a's and b's tiles reads), plus the operands a prologue computes,
+    held for tl.dot (compiled for sm_90 on the CPU, within 4% of Triton's own count). A tile over
+    it runs with fewer stages (at least 2), else is dropped; the smallest is kept in any case."""
+    found = []
+    for bm, bn, bk, warps, stages in tiles:
+        held = ("a" in computed) * bm * bk * itemsize + ("b" in computed) * bk * bn * itemsize
+        step = bm * bk * loaded["a"] + bk * bn * loaded["b"]
+        while stages > 2 and stages * step + held > SHARED_BYTES:
+            stages -= 1
+        if stages * step + held <= SHARED_BYTES:
+            found.append((bm, bn, bk, warps, stages))
+    return tuple(found) or (min(tiles, key=lambda t: t[0] * t[1] * t[2])[:4] + (2,),)
+
+
+def _uses(expr: Expr, dim: int) -> bool:
+    """Whether `expr` varies with index variable `dim`."""
+
+    def has(atom) -> bool:
+        if isinstance(atom, Var):
+            return atom.dim == dim
+        inner = getattr(atom, "expr", None)
+        return inner is not None and any(has(a) for a, _ in inner.terms)
+
+    return any(has(atom) for atom, _ in expr.terms)
+
+
+def _precision(dtype: torch.dtype, device: torch.device) -> str:
+    """tl.dot's input precision: float32 as TF32 where torch allows it on CUDA (else IEEE)."""
+    if dtype != torch.float32:
+        return ""
+    tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    return f', input_precision="{"tf32" if tf32 else "ieee"}"'

@@ -1,0 +1,499 @@
+"""Find a matmul whose large product only row reductions read, and compute it by chunks (issue #41).
+
+The rewrite is on an ATen graph before AOTAutograd traces it (dynamo.py's backend; jit's training
+path, autograd.py): a matmul `a [N, D] @ b [D, V]` (mm, addmm; a linear or `h @ W.T` with a
+batch flattened into N) whose product exceeds the budget (config "chunk_budget_bytes", for it
+and its gradient in the region's widest dtype) is followed through the ops that keep each row's
+values to that row: pointwise ops (the lowering's table), views that keep the rows in front
+(view, reshape, expand, permute, unsqueeze, squeeze, slice and select of other dims), gather
+and reductions along other dims (the lowering's reductions). Values the region reads that do
+not come from it (targets, a mask, a scalar, a bias) are side inputs, sliced by rows where they
+have the rows, else read whole. The region ends where something else reads it: each value
+read there must be small per row (at most SMALL elements: a row's loss, its logsumexp, a
+gathered probability); a product read otherwise (returned, summed over rows) leaves the graph
+as it is. What comes after (the mean over rows, the count of targets not ignored, a z-loss's
+weight) stays in the graph, outside the chunks. The region becomes one `minicomp::chunked_rows`
+call (chunked_rows.py); nothing is named for one loss formula.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+
+import torch
+import torch.fx
+
+from minicomp import config, logs
+from minicomp.dispatch.chunked_rows import REGIONS, ROWS, SIZED, WHOLE, Region
+
+log = logs.fusion  # MINICOMP_LOGS=fusion: what was chunked, or why not
+
+SMALL = 8  # elements a row a region result may have
+MATMULS = ("mm", "addmm")
+KEEP = {"alias", "clone", "_to_copy", "detach", "lift_fresh_copy"}  # same shape, the rows unchanged
+# ops that grad mode or autocast state would change: a graph holding them is left to AOTAutograd as captured
+_STATEFUL = ("_set_grad_enabled", "_enter_autocast", "_exit_autocast", "set_grad_enabled")
+
+
+def _tables():
+    from minicomp.lowering.ops import POINTWISE, REDUCERS
+
+    return POINTWISE, REDUCERS
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _tensor_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
+    return [n for n in node.all_input_nodes]
+
+
+class _Finder:
+    """The region of one matmul node in an ATen graph, or the reason there is none."""
+
+    def __init__(self, gm: torch.fx.GraphModule, mm: torch.fx.Node, needs_grad: set[str]):
+        self.gm, self.mm, self.needs_grad = gm, mm, needs_grad
+        self.pointwise, self.reducers = _tables()
+        out = _val(mm)
+        self.n = out.shape[0]
+        self.prefix: dict[torch.fx.Node, tuple[int, ...]] = {mm: (self.n,)}
+        self.region: list[torch.fx.Node] = []
+        self.tainted: set[torch.fx.Node] = set()
+        self.sides: dict[torch.fx.Node, tuple[str, int]] = {}
+
+    def find(self) -> str | None:
+        """None when a region was found (self.region, .outputs, .sides), else why not."""
+        in_region = {self.mm}
+        for node in self.gm.graph.nodes:
+            if node.op != "call_function" or node is self.mm:
+                continue
+            inputs = _tensor_inputs(node)
+            if not any(i in in_region or i in self.tainted for i in inputs):
+                continue
+            if any(i in self.tainted for i in inputs) or not self._rowwise(node, in_region):
+                self.tainted.add(node)
+                continue
+            in_region.add(node)
+            self.region.append(node)
+        self.outputs = [n for n in [self.mm, *self.region] if any(u not in in_region for u in n.users)]
+        if not self.outputs or self.outputs == [self.mm]:
+            return "nothing but the matmul reads its product"
+        for node in self.outputs:
+            per_row = _val(node).numel() // self.n
+            if per_row > SMALL:
+                return (
+                    f"{node.name} ({per_row} values a row) is read outside the rows' ops ({_reader(node, in_region)})"
+                )
+        wanted = set(self.outputs)  # drop nodes no result depends on
+        for node in reversed(self.region):
+            if node in wanted:
+                wanted.update(i for i in _tensor_inputs(node) if i in in_region)
+        self.region = [n for n in self.region if n in wanted]
+        self.sides = {s: r for s, r in self.sides.items() if any(s in n.all_input_nodes for n in self.region)}
+        return None
+
+    def _rowwise(self, node: torch.fx.Node, in_region: set) -> bool:
+        """Whether `node` keeps each row to itself (and records its row dims and side inputs)."""
+        target = node.target
+        if target is copy_like:
+            target = torch.ops.aten.copy.default
+        if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+            return False
+        val = _val(node)
+        if not isinstance(val, torch.Tensor) or target._schema.is_mutable:
+            return False
+        name = target._opname
+        src = next(i for i in node.all_input_nodes if i in in_region)
+        prefix = self.prefix[src]
+        k, shape = len(prefix), tuple(val.shape)
+        if name in ("view", "_unsafe_view", "reshape"):
+            cut = _prefix_of(shape, self.n)
+            if cut is None:
+                return False
+            out = shape[:cut]
+        elif name in self.reducers:
+            dims = _dims(node, _val(src).ndim)
+            if dims is None or any(d < k for d in dims):
+                return False
+            out = prefix
+        elif name == "gather":
+            if node.args[0] is not src or _norm(node.args[1], shape) < k:
+                return False
+            if not self._operands(node, prefix, in_region, only=[node.args[2]]):
+                return False
+            out = prefix
+        elif name == "permute":
+            out = prefix if list(node.args[1])[:k] == list(range(k)) else None
+        elif name in ("unsqueeze", "squeeze", "expand", "slice", "select") or name in KEEP:
+            if name == "squeeze" and target._overloadname != "dims":  # (a chunk of one row keeps its dim)
+                return False
+            out = shape[:k] if shape[:k] == prefix else None
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+            if (
+                name in ("unsqueeze", "slice", "select")
+                and _norm(dim, shape if name == "unsqueeze" else _val(src).shape) < k
+            ):
+                return False
+        elif name in self.pointwise:
+            out = shape[:k] if shape[:k] == prefix else None
+            if out is not None and not self._operands(node, prefix, in_region):
+                return False
+        else:
+            return False
+        if (
+            out is None
+            or math.prod(out) != self.n
+            or any(
+                i in in_region and (self.prefix[i] != prefix or _val(i).ndim != len(shape))
+                for i in node.all_input_nodes
+                if name in self.pointwise
+            )
+        ):
+            return False
+        self.prefix[node] = tuple(out)
+        return True
+
+    def _operands(self, node: torch.fx.Node, prefix: tuple[int, ...], in_region: set, only=None) -> bool:
+        """Each tensor input from outside the region: rows (its leading dims the rows') or whole
+        (broadcast over the rows); recorded in self.sides."""
+        k, rank = len(prefix), _val(node).ndim
+        for side in only if only is not None else node.all_input_nodes:
+            if side in in_region:
+                continue
+            val = _val(side)
+            if not isinstance(val, torch.Tensor):
+                return False
+            offset = rank - val.ndim
+            covered = [val.shape[j - offset] for j in range(max(offset, 0), k)]
+            if offset >= k or all(d == 1 for d in covered):  # read whole, its row dims (all 1) dropped
+                role = (WHOLE, tuple(val.shape[max(0, val.ndim - (rank - k)) :]))
+            elif offset == 0 and tuple(val.shape[:k]) == prefix:
+                role = (ROWS, (self.n, *val.shape[k:]))
+            else:
+                return False
+            if self.sides.setdefault(side, role) != role:
+                return False
+        return True
+
+
+def _reader(node, in_region) -> str:
+    users = [u for u in node.users if u not in in_region]
+    return ", ".join(u.name if u.op != "output" else "returned" for u in users)
+
+
+def _prefix_of(shape: tuple[int, ...], n: int) -> int | None:
+    size = 1
+    for i, d in enumerate(shape):
+        size *= d
+        if size == n:
+            return i + 1
+        if size > n:
+            return None
+    return None
+
+
+def _norm(dim, shape) -> int:
+    return dim % max(len(shape), 1)
+
+
+def _dims(node: torch.fx.Node, ndim: int) -> list[int] | None:
+    """A reduction's dims (normalized), None for all of them."""
+    from minicomp.ir.graph import Node
+    from minicomp.lowering.ops.core import bind
+
+    bound = bind(Node(node.name, node.target, node.args, dict(node.kwargs), None))
+    dims = bound.get("dim")
+    if dims is None or dims == []:
+        return None
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [d % max(ndim, 1) for d in dims]
+
+
+def chunk_rows(finder: _Finder, budget: int) -> int | None:
+    """Rows a chunk: as many as fit the budget with the region's widest value a row and its
+    gradient (its elements a row times the region's widest dtype, twice), a multiple of 128
+    from 128 on; None when the whole product fits (nothing to gain)."""
+    nodes = [finder.mm, *finder.region]
+    per_row = max(_val(n).numel() // finder.n for n in nodes)
+    widest = max(_val(n).dtype.itemsize for n in nodes)
+    rows = budget // max(2 * per_row * widest, 1)
+    if rows >= 128:  # whole tiles of the matmul's rows
+        rows = rows // 128 * 128
+    rows = max(rows, 1)
+    return None if rows >= finder.n else rows
+
+
+def _needs_grad(gm: torch.fx.GraphModule, requires_grad: list[bool]) -> set[str]:
+    flags = iter(requires_grad)
+    found: set[str] = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if next(flags, False):
+                found.add(node.name)
+        elif node.op == "call_function" and any(i.name in found for i in node.all_input_nodes):
+            val = _val(node)
+            if node.target not in (torch.ops.aten.detach.default,) and (
+                not isinstance(val, torch.Tensor) or val.is_floating_point() or val.is_complex()
+            ):
+                found.add(node.name)
+    return found
+
+
+def rewrite(gm: torch.fx.GraphModule, requires_grad: list[bool]) -> torch.fx.GraphModule | None:
+    """`gm` (an ATen graph whose nodes carry meta["val"]) with each chunkable region replaced by a
+    `minicomp::chunked_rows` call, or None when it has none."""
+    budget = config.get("chunk_budget_bytes")
+    if not budget:
+        return None
+    needs_grad = _needs_grad(gm, requires_grad)
+    if any(n.op == "call_function" and n.target is torch.ops.aten.copy_.default for n in gm.graph.nodes):
+        return None  # writes into an input: AOTAutograd traces the function itself
+    changed = False
+    for mm in list(gm.graph.nodes):
+        if not _is_matmul(mm, budget):
+            continue
+        finder = _Finder(gm, mm, needs_grad)
+        why = finder.find()
+        rows = None if why else chunk_rows(finder, budget)
+        if why or rows is None:
+            log.info("%s: not chunked: %s", mm.name, why or "its product fits the budget")
+            continue
+        changed = _replace(gm, finder, rows, budget) or changed
+    if not changed:
+        return None
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _is_matmul(node, budget: int) -> bool:
+    if node.op != "call_function" or getattr(node.target, "_opname", None) not in MATMULS:
+        return False
+    if node.target._opname == "addmm":
+        bias = _val(node.args[0])
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            return False
+        if not isinstance(bias, torch.Tensor) or (bias.ndim == 2 and bias.shape[0] != 1):
+            return False  # a bias with rows of its own
+    val = _val(node)
+    return isinstance(val, torch.Tensor) and val.ndim == 2 and 2 * val.numel() * val.dtype.itemsize > budget
+
+
+def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) -> bool:
+    mm = finder.mm
+    bias = mm.target._opname == "addmm"
+    matmul_inputs = list(mm.args[:3] if bias else mm.args[:2])
+    if bias:
+        matmul_inputs = [matmul_inputs[1], matmul_inputs[2], matmul_inputs[0]]
+    sides = list(finder.sides)
+    inputs = matmul_inputs + sides
+    region = set(finder.region)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    first_reader = min((u for n in finder.outputs for u in n.users if u not in region), key=order.get)
+    late = _late_ancestors([n for n in inputs if isinstance(n, torch.fx.Node)], order, order[first_reader])
+    template = torch.fx.GraphModule(gm, torch.fx.Graph())
+    graph = template.graph
+    env = {mm: graph.placeholder("logits")}
+    for side in sides:
+        env[side] = graph.placeholder(side.name)
+    for node in finder.region:
+        copied = graph.node_copy(node, lambda n: env[n])
+        k = len(finder.prefix[node])
+        if getattr(node.target, "_opname", None) in SIZED:
+            copied.meta["row_rest"] = tuple(_val(node).shape[k:])
+        elif k > 1:
+            _flatten_dims(copied, node, k)
+        env[node] = copied
+    graph.output([env[n] for n in finder.outputs])
+    for node in graph.nodes:  # (fake values do not copy: the chunks' bodies are copies of this graph)
+        node.meta = {k: v for k, v in node.meta.items() if k == "row_rest"}
+    template.recompile()
+    diff = [i for i, n in enumerate(inputs) if isinstance(n, torch.fx.Node) and n.name in finder.needs_grad]
+    outputs = [
+        (tuple(_val(n).shape), _val(n).dtype, tuple(_val(n).shape[len(finder.prefix[n]) :])) for n in finder.outputs
+    ]
+    side_roles = [finder.sides[s] for s in sides]
+    key = hashlib.sha256(
+        repr(
+            (
+                template.code,
+                [(tuple(_val(n).shape), _val(n).dtype) for n in inputs],
+                side_roles,
+                outputs,
+                diff,
+                rows,
+                budget,
+                finder.n,
+            )
+        ).encode()
+    ).hexdigest()[:16]
+    REGIONS.setdefault(key, Region(template, finder.n, rows, bias, side_roles, outputs, diff, budget))
+    for node in late:  # side inputs computed after a result is first read (none of them reads the region)
+        first_reader.prepend(node)
+    with gm.graph.inserting_before(first_reader):
+        call = gm.graph.call_function(torch.ops.minicomp.chunked_rows.default, ([*inputs], key))
+        for i, node in enumerate(finder.outputs):
+            item = gm.graph.call_function(operator.getitem, (call, i))
+            item.meta["val"] = _val(node)
+            node.replace_all_uses_with(item, delete_user_cb=lambda u, item=item: u is not item and u not in region)
+    log.info("%s: %d rows a chunk of %d (%d results)", mm.name, rows, finder.n, len(finder.outputs))
+    return True
+
+
+def _flatten_dims(copied: torch.fx.Node, node: torch.fx.Node, k: int) -> None:
+    """The dim arguments of `copied` for its value with the k row dims flattened into one."""
+    if not isinstance(node.target, torch._ops.OpOverload):  # (copy_like: no dims)
+        return
+    schema = node.target._schema
+    rank = _val(node).ndim if node.target._opname == "unsqueeze" else _val(node.args[0]).ndim
+    args, kwargs = list(copied.args), dict(copied.kwargs)
+    for position, arg in enumerate(schema.arguments):
+        if arg.name not in ("dim", "dims"):
+            continue
+        value = args[position] if position < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        if value is None:
+            continue
+        shifted = (
+            [0, *(d % rank - (k - 1) for d in value[k:])]
+            if node.target._opname == "permute"
+            else [d % rank - (k - 1) for d in value]
+            if isinstance(value, (list, tuple))
+            else value % rank - (k - 1)
+        )
+        if position < len(args) and not arg.kwarg_only:
+            args[position] = shifted
+        else:
+            kwargs[arg.name] = shifted
+    copied.args, copied.kwargs = tuple(args), kwargs
+
+
+def _late_ancestors(nodes: list[torch.fx.Node], order: dict, limit: int) -> list[torch.fx.Node]:
+    """`nodes` and what they are computed from, of those after position `limit`, in graph order."""
+    found, stack = set(), [n for n in nodes if order[n] > limit]
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(i for i in node.all_input_nodes if order[i] > limit)
+    return sorted(found, key=order.get)
+
+
+class Chunkable(Exception):
+    """Raised by jit's forward compiler (autograd.py) for a graph with a matmul over the budget:
+    the function is traced again, with its regions rewritten (training_function)."""
+
+
+def has_large_matmul(gm: torch.fx.GraphModule) -> bool:
+    """Whether an ATen graph has a matmul whose product (with its gradient) is over the budget."""
+    budget = config.get("chunk_budget_bytes")
+    return bool(budget) and any(_is_matmul(n, budget) for n in gm.graph.nodes)
+
+
+def training_function(aot, parts, tensors: list[torch.Tensor]):
+    """(function, chunked) for jit's training path (autograd.py): AOTAutograd's function of the ATen
+    graph of `flat_fn` with its regions rewritten, or of `flat_fn` itself where it has none.
+    `aot(fn, compile_forward, compile_backward)` builds one; `parts` is (flat_fn, compile_forward,
+    compile_backward)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    flat_fn, compile_forward, compile_backward = parts
+    rewritten = None
+    try:
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        aten = _aten_graph(flat_fn, [mode.from_tensor(t) for t in tensors], mode)
+        rewritten = rewrite(aten, [t.requires_grad for t in tensors])
+    except Exception as err:  # noqa: BLE001 - traced as it is
+        log.info("not chunked: tracing to ATen failed: %s", err)
+    if rewritten is None:
+        return aot(flat_fn, compile_forward, compile_backward), False
+    return aot(rewritten, compile_forward, compile_backward), True
+
+
+def stateful(gm: torch.fx.GraphModule) -> bool:
+    """Whether a Dynamo graph changes grad mode or autocast (an ATen trace would lose that)."""
+    return any(n.op == "call_function" and getattr(n.target, "__name__", "") in _STATEFUL for n in gm.graph.nodes)
+
+
+_PRODUCTS = {
+    "linear",
+    "matmul",
+    "mm",
+    "addmm",
+    "__matmul__",
+    "bmm",
+}  # the matmuls of a Dynamo graph (operator.matmul too)
+
+
+def worth_tracing(gm: torch.fx.GraphModule) -> bool:
+    """A cheap look at a Dynamo graph before tracing it to ATen: some product by a matrix (a
+    linear, `h @ W.T`) makes a value over the budget."""
+    budget = config.get("chunk_budget_bytes")
+    if not budget or stateful(gm):
+        return False
+    for node in gm.graph.nodes:
+        val = node.meta.get("example_value")
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.op in ("call_function", "call_method") and name in _PRODUCTS and isinstance(val, torch.Tensor):
+            other = node.args[1] if len(node.args) > 1 else None
+            weight = other.meta.get("example_value") if isinstance(other, torch.fx.Node) else None
+            if getattr(weight, "ndim", 0) == 2 and 2 * val.numel() * val.dtype.itemsize > budget:
+                return True  # (a product by a matrix: attention's batched products are not traced for this)
+    return False
+
+
+def dynamo_graph(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
+    """The ATen graph of Dynamo graph `gm` with its chunkable regions rewritten, or `gm` itself
+    when it has none (or it cannot tell)."""
+    if not worth_tracing(gm):
+        return gm
+    from torch._guards import detect_fake_mode
+
+    fake_mode = detect_fake_mode(example_inputs)
+    symbolic = any(
+        isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(not isinstance(d, int) for d in x.shape))
+        for x in example_inputs
+    )
+    autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))  # (AOTAutograd applies it)
+    if fake_mode is None or symbolic or autocast:
+        return gm
+    try:
+        aten = _aten_graph(gm, example_inputs, fake_mode)
+        rewritten = rewrite(aten, [isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs])
+    except Exception as err:  # noqa: BLE001 - the graph goes on as Dynamo captured it
+        log.info("not chunked: tracing to ATen failed: %s", err)
+        return gm
+    return gm if rewritten is None else rewritten
+
+
+def _aten_graph(fn, example_inputs, fake_mode) -> torch.fx.GraphModule:
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minicomp import capture
+
+    fakes = [
+        fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x
+        for x in example_inputs
+    ]
+    from minicomp.capture.functional import functional_temporaries, writes_in_place
+
+    table = capture.decompositions()
+    with fake_mode:
+        gm = functional_temporaries(make_fx(torch.func.functionalize(fn), decomposition_table=table)(*fakes))
+        if writes_in_place(gm):  # a decomposition's write (label smoothing's masked_fill_): traced functional
+            with torch.no_grad():
+                gm = functional_temporaries(make_fx(torch.func.functionalize(gm), decomposition_table=table)(*fakes))
+    for node in gm.graph.nodes:  # aten.copy (a functional copy_) has no derivative
+        if node.op == "call_function" and node.target is torch.ops.aten.copy.default and len(node.args) == 2:
+            node.target = copy_like
+    gm.recompile()
+    return gm
+
+
+def copy_like(self: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """`aten.copy(self, src)`: src broadcast to self's shape in self's dtype, differentiable."""
+    return src.to(self.dtype).expand_as(self).clone()

@@ -1,0 +1,474 @@
+"""CUDA graphs: a compiled callable's launches recorded once per input signature, then replayed.
+
+Opt-in (config "cuda_graphs"): `torch.compile(model, backend="minicomp", mode="reduce-overhead")`
+or `options={"cuda_graphs": True}`, and `minicomp.jit(fn, cuda_graphs=True)`. Dispatch wraps each
+compiled boxed callable (`run(args: list) -> outputs`; a Dynamo graph's forward and backward, a jit
+signature) in a `Graphed`, made by one `Graphs` per model (a jit function or module, a Dynamo
+graph), which holds the bound on graphs kept and hands every capture the same memory pool.
+
+Per signature (each tensor's shape, stride and dtype and each other value, over the inputs that
+are not static): the first call runs plainly on a side stream (the warm-up torch requires: Triton
+compiles, launch tuning, cuBLAS workspaces), the second captures the call into a
+`torch.cuda.CUDAGraph` and replays it, every later call replays it.
+
+Inputs. *Static* inputs (parameters and buffers, which AOTAutograd or the module names; the
+saved activations and parameters a backward reads; an input the compiled code writes into) are
+captured at their own address and never copied: a call that passes one at another address runs
+without the graph and the signature is recorded again on its next call (config
+"cuda_graph_rerecords" times per callable, then the callable runs without graphs: an input it
+writes into or a parameter that moves on every call). Every other tensor input is copied into a
+buffer the graph owns (outside the pool), only when its address is not the buffer's.
+
+Outputs. A replay overwrites the graph's outputs in place, so each call returns copies
+(`clone`, strides kept) of the outputs a capture allocated: the caller may keep them across calls
+(`out = model(x)` in a loop, .grad that autograd takes as it is). An output that is an input (or a
+view of one) comes back as it is. The exception is the saved activations of a training forward
+(its outputs past the user's): the backward's graph reads them in place, so they are handed out
+uncopied, and a replay that would overwrite ones still referenced (a forward called again before
+the previous call's backward ran: gradient accumulation over several forwards) runs that call
+without the graph instead, so every backward reads its own forward's values.
+
+Refusals (logged on the "cudagraphs" channel; the call runs as compiled, without a graph): a CPU
+tensor (or a second device) among the inputs, and a capture that fails, which is how a CPU sync
+shows (`.item()`, a data-dependent shape: cudaErrorStreamCaptureUnsupported), as does a random op
+drawing from a generator the graph cannot own. Both refuse the callable for good.
+
+The device side (pool, side stream, capture, replay) is `CudaCapture`; `Graphs` takes another
+(`device=`) so the logic above is tested on the CPU with a stand-in graph (tests/unit/test_graphs.py).
+Replays of one model's graphs must not run concurrently on several streams (the pool's memory is
+shared between them, as in Inductor's CUDA graph trees).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sys
+import threading
+
+import torch
+
+from minicomp import config, logs
+
+
+class CaptureRefused(Exception):
+    """A call that cannot be captured (the reason is the message)."""
+
+
+class CudaCapture:
+    """torch.cuda's graphs: warm-up and capture on one side stream per device, and one memory pool
+    per device that every capture through this object shares (a model's forward on the caller's
+    thread, its backward on autograd's: torch.cuda.graph_pool_handle)."""
+
+    def __init__(self):
+        self._streams: dict[int, torch.cuda.Stream] = {}
+        self._pools: dict[int, tuple] = {}
+
+    def device_of(self, tensors) -> int:
+        devices = {t.device for t in tensors}
+        if any(d.type != "cuda" for d in devices):
+            raise CaptureRefused("a CPU tensor is among its inputs")
+        if len(devices) > 1:
+            raise CaptureRefused("its inputs are on several devices")
+        return next(iter(devices)).index if devices else torch.cuda.current_device()
+
+    def _stream(self, device: int) -> torch.cuda.Stream:
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream(device)
+        return stream
+
+    def warmup(self, run, args: list, device: int):
+        """run(args) on the side stream (as torch.cuda.graph's warm-up must), ordered after the
+        current stream's work and before its later work."""
+        current, side = torch.cuda.current_stream(device), self._stream(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            outputs = run(args)
+        current.wait_stream(side)
+        return outputs
+
+    def capture(self, run, args: list, device: int):
+        """(graph, outputs): run(args) captured on the side stream into the pool."""
+        if device not in self._pools:
+            self._pools[device] = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        current, side = torch.cuda.current_stream(device), self._stream(device)
+        side.wait_stream(current)  # the static buffers' copies
+        with torch.cuda.device(device):
+            try:
+                with torch.cuda.graph(graph, pool=self._pools[device], stream=side, capture_error_mode="thread_local"):
+                    outputs = run(args)
+            except BaseException:
+                # where capture_end raises (an invalidated capture), torch.cuda.graph's exit neither
+                # restores the current stream nor ends the allocator's routing to the pool
+                torch.cuda.set_stream(current)
+                with contextlib.suppress(Exception):
+                    torch._C._cuda_endAllocateToPool(device, self._pools[device])
+                _end_generator_capture(device)
+                raise
+        current.wait_stream(side)
+        return graph, outputs
+
+    def failed(self, device: int) -> None:
+        """After a capture that raised: its stream is not used again (a capture that failed may leave
+        the allocator routing that stream's allocations to the pool)."""
+        self._streams.pop(device, None)
+
+
+def _end_generator_capture(device: int) -> None:
+    """After a capture that raised before its end: the device's default generator still counts
+    offsets for a graph (capture_end registers them only when the capture ends well), and the
+    process's next random op outside a graph raised "Offset increment outside graph capture". A
+    clone of its state (seed and offset, not capturing) takes its place."""
+    with contextlib.suppress(Exception):
+        generator = torch.cuda.default_generators[device]
+        generator.graphsafe_set_state(generator.clone_state())
+
+
+class Graphs:
+    """The graphs of one model: at most `limit` recorded signatures over all its callables (the
+    least recently replayed is dropped), all captured into one memory pool."""
+
+    def __init__(self, limit: int | None = None, rerecords: int | None = None, device=None):
+        self.limit = limit if limit is not None else config.get("cuda_graph_limit")
+        self.rerecords = rerecords if rerecords is not None else config.get("cuda_graph_rerecords")
+        self.device = device if device is not None else CudaCapture()
+        self.kept: dict[tuple, tuple[Graphed, Record]] = {}  # (id(graphed), key) -> (its Graphed, the record)
+        self.clock = itertools.count()  # a record's `used` is the clock at its last replay
+        self._lock = threading.Lock()
+
+    def wrap(self, run, name: str, static=(), saved=0) -> Graphed:
+        """`run` (a boxed callable) graphed. `static`: indices of the inputs captured at their own
+        address (or a predicate `static(index, tensor)`, asked on the first call); `saved`: how many
+        of its last outputs a backward reads (an int, or a function returning it, asked at capture)."""
+        return Graphed(self, run, name, static, saved)
+
+    def recorded(self) -> int:
+        return len(self.kept)
+
+    def _keep(self, graphed: Graphed, key) -> None:
+        with self._lock:
+            self.kept[(id(graphed), key)] = (graphed, graphed.records[key])
+            while len(self.kept) > self.limit:  # the least recently replayed goes
+                oldest = min(self.kept, key=lambda k: self.kept[k][1].used)
+                old, _ = self.kept.pop(oldest)
+                old.records.pop(oldest[1], None)
+                logs.cudagraphs.info("%s: graph dropped (more than %d kept)", old.name, self.limit)
+
+    def _drop(self, graphed: Graphed, key) -> None:
+        with self._lock:
+            self.kept.pop((id(graphed), key), None)
+            graphed.records.pop(key, None)
+
+
+class Record:
+    """One captured signature: the graph, the buffers of the copied inputs, the addresses of the
+    static ones, the outputs it writes and what each call hands back."""
+
+    __slots__ = (
+        "used",
+        "graph",
+        "buffers",
+        "static_ptrs",
+        "ptrs",
+        "slots",
+        "outputs",
+        "cloned",
+        "shared",
+        "aliased",
+        "saved",
+        "base",
+    )
+
+    def __init__(self, graph, buffers, static_ptrs, outputs, cloned, shared, aliased, saved):
+        self.graph = graph
+        self.buffers = buffers  # [(slot, buffer, flat memory or None)] of the copied inputs
+        self.static_ptrs = static_ptrs  # [(slot, data_ptr)] of the inputs captured in place
+        self.slots = [i for i, _ in static_ptrs]  # ... as torch._C._tensors_data_ptrs_at_indices_equal takes them:
+        self.ptrs = None  # a pointer per input, None where not static (set by Graphed: it knows the count)
+        self.outputs = outputs  # the graph's outputs (its memory)
+        self.cloned = cloned  # indices of outputs copied for the caller (each its own memory, dense)
+        self.shared = shared  # [[index]]: outputs copied for the caller a memory at a time (views, offsets)
+        self.aliased = aliased  # indices of outputs that are inputs or views of them: a new alias each call
+        self.saved = saved  # [tensor]: saved activations handed out uncopied (in the pool, or a view of a buffer)
+        self.base = None  # their reference counts while only this record holds them (set by Graphed)
+        self.used = 0  # Graphs.clock at its last replay
+
+    def pending(self) -> bool:
+        """Whether a saved output of the last replay is still referenced (its backward has not run):
+        more references than at capture (autograd's saved variables hold its TensorImpl, a Python
+        holder its object, an alias its storage). Fewer: one held at capture was transient, so the
+        count is lowered."""
+        now = _references(self.saved)
+        if any(n > b for counts, base in zip(now, self.base) for n, b in zip(counts, base)):
+            return True
+        if now != self.base:
+            self.base = [tuple(map(min, counts, base)) for counts, base in zip(now, self.base)]
+        return False
+
+    def results(self) -> list:
+        outputs = list(self.outputs)
+        for group in self.shared:  # one copy of the memory, each output a view of it as in the graph
+            first = outputs[group[0]]
+            memory = first.untyped_storage().clone()
+            for i in group:
+                o = outputs[i]
+                outputs[i] = torch.empty(0, dtype=o.dtype, device=o.device).set_(
+                    memory, o.storage_offset(), o.shape, o.stride()
+                )
+        for i in self.cloned:
+            outputs[i] = outputs[i].clone(memory_format=torch.preserve_format)
+        for i in self.aliased:
+            outputs[i] = outputs[i].detach()
+        return outputs
+
+
+def _references(tensors) -> list[tuple[int, int, int]]:
+    """Per tensor: Python references, references to its TensorImpl (autograd's saved variables),
+    references to its storage (aliases: detach, views)."""
+    return [(sys.getrefcount(t), t._use_count(), _storage_uses(t)) for t in tensors]
+
+
+def _storage_uses(t: torch.Tensor) -> int:
+    storage = t.untyped_storage()  # (itself one reference while it lives)
+    return torch._C._storage_Use_Count(storage._cdata)
+
+
+_same_ptrs = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds: one C++ call
+
+
+class Graphed:
+    """A boxed callable whose calls replay CUDA graphs (see the module docstring)."""
+
+    def __init__(self, graphs: Graphs, run, name: str, static, saved):
+        self._boxed_call = True  # AOTAutograd's mark (on the instance: functools.wraps copies __dict__)
+        self.graphs, self.run, self.name = graphs, run, name
+        self._static_rule = None if isinstance(static, (list, tuple, set, frozenset, range)) else static
+        self.static: set[int] = set() if self._static_rule is not None else set(static)
+        self._saved = saved
+        self.dynamic: list[int] | None = None  # decided on the first call
+        self.records: dict = {}
+        self.warmed: set = set()
+        self.refused: str | None = None
+        self.rerecorded = 0
+        self._device = None
+        self._pending_said = False
+        self.misses = 0  # calls in a row whose static inputs were not where the graph reads them
+
+    def __call__(self, args: list):
+        if self.refused is not None:
+            return self.run(args)
+        if self.dynamic is None:
+            return self._first(args)
+        key = self._key(args)
+        record = self.records.get(key)
+        if record is None:
+            if key in self.warmed:
+                return self._capture(args, key)
+            return self._warmup(args, key)
+        return self._replay(record, args, key)
+
+    def _key(self, args) -> tuple:
+        return tuple(
+            (a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
+            for a in map(args.__getitem__, self.dynamic)
+        )
+
+    def refuse(self, why: str) -> None:
+        """No graphs for this callable from now on."""
+        self.refused = why
+        for key in list(self.records):
+            self.graphs._drop(self, key)
+        logs.cudagraphs.info("%s runs without CUDA graphs: %s", self.name, why)
+
+    # -- the first call of the callable, and of each signature --------------------------------
+    def _first(self, args: list):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        try:
+            self._device = self.graphs.device.device_of(tensors)
+        except CaptureRefused as why:
+            self.refuse(str(why))
+            return self.run(args)
+        if self._static_rule is not None:
+            self.static = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and self._static_rule(i, a)}
+        self.dynamic = [i for i in range(len(args)) if i not in self.static]
+        return self._warmup(args, self._key(args))
+
+    def _warmup(self, args: list, key):
+        dynamic = self.dynamic
+        watched = [(i, args[i], args[i]._version) for i in dynamic if isinstance(args[i], torch.Tensor)]
+        outputs = self.graphs.device.warmup(self.run, args, self._device)
+        written = {i for i, t, version in watched if t._version != version}
+        if written:  # an input it writes into: captured in place, so that the writes reach the caller's tensor
+            self.static |= written
+            self.dynamic = [i for i in dynamic if i not in written]
+            self.warmed.clear()  # the keys of the signatures warmed up so far had those inputs
+            key = tuple(k for i, k in zip(dynamic, key) if i not in written)
+        self.warmed.add(key)
+        return outputs
+
+    def _capture(self, args: list, key):
+        inputs, count = list(args), len(args)
+        args.clear()
+        static_ptrs = [(i, inputs[i].data_ptr()) for i in sorted(self.static) if isinstance(inputs[i], torch.Tensor)]
+        buffers = []
+        captured = list(inputs)
+        for i in self.dynamic:
+            value = inputs[i]
+            if isinstance(value, torch.Tensor):
+                buffer, memory = _buffer_like(value)
+                _copy_into(buffer, memory, value)
+                buffers.append((i, buffer, memory))
+                captured[i] = buffer
+        saved = self._saved() if callable(self._saved) else self._saved
+        try:
+            graph, outputs = self.graphs.device.capture(self.run, list(captured), self._device)
+        except Exception as err:  # noqa: BLE001 - a CPU sync, a generator the graph cannot own: no graph
+            self.graphs.device.failed(self._device)
+            self.refuse(f"capturing it failed ({_first_line(err)})")
+            return self.run(inputs)
+        outputs = tuple(outputs)
+        in_place = {_storage_ptr(inputs[i]) for i, _ in static_ptrs if inputs[i].numel()}
+        buffered = {_storage_ptr(b) for _, b, _ in buffers if b.numel()}
+        del captured, inputs
+        first_saved = len(outputs) - saved if 0 < saved <= len(outputs) else len(outputs)
+        cloned, shared, aliased, kept = _sorted_outputs(outputs, in_place, buffered, first_saved)
+        record = Record(graph, buffers, static_ptrs, outputs, cloned, shared, aliased, kept)
+        record.ptrs = [dict(static_ptrs).get(i) for i in range(count)]
+        del kept
+        record.base = _references(record.saved)
+        record.used = next(self.graphs.clock)
+        self.records[key] = record
+        self.graphs._keep(self, key)
+        logs.cudagraphs.info("%s: graph recorded (%d kept)", self.name, self.graphs.recorded())
+        record.graph.replay()
+        return record.results()
+
+    # -- a replay ---------------------------------------------------------------------------------
+    def _replay(self, record: Record, args: list, key):
+        if not _static_in_place(args, record):
+            return self._moved(args, key)
+        if record.saved and record.pending():
+            if not self._pending_said:
+                self._pending_said = True
+                logs.cudagraphs.info(
+                    "%s: the saved values of its last replay are still in use (its backward has not run): "
+                    "this call runs without the graph",
+                    self.name,
+                )
+            return self.run(args)
+        targets, sources = [], []
+        for i, buffer, memory in record.buffers:
+            value = args[i]
+            if value.data_ptr() != buffer.data_ptr():
+                if memory is None:
+                    targets.append(buffer)
+                    sources.append(value)
+                else:
+                    _copy_into(buffer, memory, value)
+        if len(targets) > 1:
+            torch._foreach_copy_(targets, sources)  # one launch on a GPU
+        elif targets:
+            targets[0].copy_(sources[0])
+        args.clear()
+        self.misses = 0
+        record.used = next(self.graphs.clock)
+        record.graph.replay()
+        return record.results()
+
+    def _moved(self, args: list, key):
+        """A static input at another address than captured: this call runs without the graph. A
+        second such call in a row records the signature again (a bounded number of times): a
+        parameter replaced, not a forward run once without its graph (`Record.pending`)."""
+        self.misses += 1
+        if self.misses >= 2:
+            self.misses = 0
+            self.graphs._drop(self, key)
+            self.rerecorded += 1
+            if self.rerecorded > self.graphs.rerecords:
+                self.refuse(
+                    f"a static input (a parameter, a saved value, an input it writes into) moved "
+                    f"{self.rerecorded} times"
+                )
+            else:
+                logs.cudagraphs.info("%s: a static input moved: recording its graph again", self.name)
+                self.warmed.add(key)  # warmed up already: the next call captures
+        return self.run(args)
+
+
+def _sorted_outputs(outputs: tuple, in_place: set[int], buffered: set[int], first_saved: int):
+    """(indices copied for the caller alone, groups copied a memory at a time, indices that alias
+    an input, saved outputs handed out as they are). An output in an input's memory comes back as
+    a new alias of it; a saved one in a buffer's memory is handed out too (the next copy into the
+    buffer waits for its backward: Record.pending), as is one in the pool's memory."""
+    alone, aliased, kept, memories = [], [], [], {}
+    for i, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor):
+            continue
+        ptr = _storage_ptr(o) if o.numel() else None
+        if ptr is not None and ptr in in_place:
+            aliased.append(i)
+        elif i >= first_saved:
+            kept.append(o)
+        elif ptr is not None and ptr in buffered:
+            aliased.append(i)
+        elif ptr is None:
+            alone.append(i)
+        else:
+            memories.setdefault(ptr, []).append(i)
+    shared = []
+    for group in memories.values():
+        o = outputs[group[0]]
+        whole = o.numel() * o.element_size() == o.untyped_storage().nbytes()
+        if len(group) == 1 and o.storage_offset() == 0 and whole and _dense(o):
+            alone.extend(group)  # clone() keeps its strides
+        else:
+            shared.append(group)
+    return sorted(alone), shared, aliased, kept
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t`'s elements fill their memory without gaps or overlaps (clone keeps its strides)."""
+    expected = 1
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _static_in_place(args: list, record: Record) -> bool:
+    if _same_ptrs is not None and record.slots:
+        return _same_ptrs(args, record.ptrs, record.slots)
+    for i, ptr in record.static_ptrs:
+        if args[i].data_ptr() != ptr:
+            return False
+    return True
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _buffer_like(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(buffer, memory): a tensor of `t`'s shape, strides and dtype on its device, and None where it
+    is contiguous, else the flat memory its elements span (an expanded input, stride 0, keeps its
+    strides: the graph reads it at those; `_copy_into` copies the span)."""
+    if t.is_contiguous():
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device), None
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    memory = torch.empty(span, dtype=t.dtype, device=t.device)
+    return memory.as_strided(t.shape, t.stride()), memory
+
+
+def _copy_into(buffer: torch.Tensor, memory: torch.Tensor | None, value: torch.Tensor) -> None:
+    if memory is None:
+        buffer.copy_(value)
+    elif memory.numel():
+        memory.copy_(value.as_strided((memory.numel(),), (1,)))
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__

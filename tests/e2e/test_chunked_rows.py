@@ -1,0 +1,311 @@
+"""A matmul whose product only row reductions read, computed by chunks of rows (issue #41).
+
+Each loss form (cross-entropy with ignored rows, label smoothing, reductions sum/mean/none,
+z-loss, soft-capping; logsumexp; softmax then gather; a bf16 product upcast; a linear with a
+bias over a [B, S, D] batch) through `torch.compile(backend="minicomp")` and minicomp.jit's
+training path with a tiny "chunk_budget_bytes" (5 chunks): the value and the gradients of h
+and W against eager, a `minicomp::chunked_rows` call in the forward graph and its backward in
+the backward graph, no value of N * V elements in either graph nor in the chunks' ops. Products
+read otherwise (returned, summed over rows) are left whole.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import minicomp
+import minicomp.dispatch.jit
+from minicomp import config, pipeline
+from minicomp.dispatch import chunked_rows, dynamo, row_regions
+
+N, D, V = 37, 16, 103
+BUDGET = 2 * 8 * V * 4  # about 8 rows of float32 logits and their gradient: 5 chunks
+
+
+class Largest(TorchDispatchMode):
+    """The largest tensor any op returns while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (list, tuple)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.numel = max(self.numel, t.numel())
+        return out
+
+
+def _inputs(dtype=torch.float32, batch=None):
+    torch.manual_seed(0)
+    shape = (N, D) if batch is None else (batch, N // batch, D)
+    h = torch.randn(*shape, dtype=dtype, requires_grad=True)
+    W = (torch.randn(V, D) / 4).to(dtype).requires_grad_()
+    y = torch.randint(0, V, shape[:-1])
+    y.view(-1)[[3, 11, 20]] = -100  # ignored rows
+    return h, W, y
+
+
+def _check(fn, inputs, atol=1e-5, rtol=1e-4, rows=N, how="dynamo"):
+    """fn through the backend (or minicomp.jit, how="jit") against eager; the graphs minicomp
+    compiles and the chunks' ops never hold a value of N * V elements."""
+    h, W = inputs[:2]
+    ref = fn(*inputs)
+    ref_grads = torch.autograd.grad(ref, [h, W], torch.ones_like(ref))
+    graphs, seen = [], Largest()
+    compile_graph = pipeline.compile_graph
+
+    def recording(gm, *args, **kwargs):
+        graphs.append(gm)
+        return compile_graph(gm, *args, **kwargs)
+
+    def watched(method):
+        def run(self, *args):
+            with seen:
+                return method(self, *args)
+
+        return run
+
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as patch, config.override(chunk_budget_bytes=BUDGET):
+        patch.setattr(dynamo, "compile_graph", recording)
+        patch.setattr(pipeline, "compile_graph", recording)  # (jit's training path imports it when it compiles)
+        compiled = torch.compile(fn, backend=dynamo.backend) if how == "dynamo" else minicomp.jit(fn, fallback="raise")
+        out = compiled(*inputs)  # compiles the graphs and each chunk's region (minicomp.jit)
+        torch.autograd.grad(out, [h, W], torch.ones_like(out))
+        patch.setattr(chunked_rows.Region, "forward", watched(chunked_rows.Region.forward))
+        patch.setattr(chunked_rows.Region, "backward", watched(chunked_rows.Region.backward))
+        out = compiled(*inputs)
+        grads = torch.autograd.grad(out, [h, W], torch.ones_like(out))
+    torch.testing.assert_close(out, ref, atol=atol, rtol=rtol)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    assert len(graphs) >= 2  # forward and backward (and the chunks' regions where minicomp.jit compiles them)
+    calls = [n for gm in graphs for n in gm.graph.nodes if "chunked_rows" in str(n.target)]
+    assert len(calls) == 2, "a chunked_rows call in the forward and its backward in the backward"
+    for gm in graphs:
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            assert not isinstance(val, torch.Tensor) or val.numel() < rows * V, f"{node.name} {tuple(val.shape)}"
+    assert 0 < seen.numel < rows * V, f"a tensor of {seen.numel} elements inside the chunks"
+    return out
+
+
+def ce_ignore(h, W, y):
+    return F.cross_entropy(h @ W.T, y, ignore_index=-100)
+
+
+def ce_smoothing(h, W, y):
+    return F.cross_entropy(h @ W.T, y, label_smoothing=0.1)
+
+
+def ce_sum(h, W, y):
+    return F.cross_entropy(h @ W.T, y, reduction="sum")
+
+
+def ce_none(h, W, y):
+    return F.cross_entropy(h @ W.T, y, reduction="none")
+
+
+def ce_z_loss(h, W, y):
+    logits = h @ W.T
+    return F.cross_entropy(logits, y) + 1e-2 * torch.logsumexp(logits, -1).pow(2).mean()
+
+
+def ce_soft_cap(h, W, y):
+    return F.cross_entropy(30 * torch.tanh((h @ W.T) / 30), y)
+
+
+def logsumexp_rows(h, W, y):
+    return torch.logsumexp(h @ W.T, dim=-1)
+
+
+def softmax_gather(h, W, y):
+    probs = torch.softmax(h @ W.T, dim=-1)
+    return -probs.gather(1, y.clamp_min(0)[:, None]).log().mean()
+
+
+@pytest.mark.parametrize(
+    "fn", [ce_ignore, ce_smoothing, ce_sum, ce_none, ce_z_loss, ce_soft_cap, logsumexp_rows, softmax_gather]
+)
+def test_loss_forms(fn):
+    _check(fn, _inputs())
+
+
+@pytest.mark.parametrize("fn", [ce_ignore, ce_smoothing, ce_none, ce_z_loss, softmax_gather])
+def test_loss_forms_through_jit(fn):
+    """minicomp.jit's training path: the first trace finds the large product, the function is
+    traced again with it chunked (row_regions.training_function); later calls (the lean path)
+    give the same."""
+    _check(fn, _inputs(), how="jit")
+
+
+@pytest.mark.slow  # each chunk size's region compiled twice (forward, training) in the interpreter: ~7 s
+@pytest.mark.parametrize("fn", [ce_smoothing])
+def test_chunks_compiled_by_minicomp(fn, monkeypatch):
+    """Each chunk's region through minicomp.jit (what the GPU runs), not eagerly."""
+    monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", True)
+    jitted = []
+    jit = minicomp.jit
+
+    def recording(f, **kwargs):
+        jitted.append(jit(f, fallback="raise"))
+        return jitted[-1]
+
+    monkeypatch.setattr(minicomp.dispatch.jit, "jit", recording)
+    _check(fn, _inputs())
+    assert jitted
+
+
+def test_bf16_logits_upcast():
+    def fn(h, W, y):
+        return F.cross_entropy((h @ W.T).float(), y)
+
+    h, W, y = _inputs(torch.bfloat16)
+    _check(fn, (h, W, y), atol=2e-2, rtol=2e-2)
+
+
+def test_linear_with_bias_over_a_batch():
+    bias = torch.randn(V, requires_grad=True)
+
+    def fn(h, W, y):
+        logits = F.linear(h, W, bias)
+        return F.cross_entropy(logits.view(-1, V), y.view(-1), label_smoothing=0.05)
+
+    h, W, y = _inputs()  # [3, 12] rows: chunks of 8 rows cut a sequence
+    h, y = h.detach()[:36].view(3, 12, D).requires_grad_(), y[:36].view(3, 12)
+    _check(fn, (h, W, y), rows=36)
+    ref = torch.autograd.grad(fn(h, W, y), bias)[0]
+    with config.override(chunk_budget_bytes=BUDGET):
+        got = torch.autograd.grad(torch.compile(fn, backend=dynamo.backend)(h, W, y), bias)[0]
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
+
+
+def test_logits_returned_too_are_left_whole():
+    def fn(h, W, y):
+        logits = h @ W.T
+        return F.cross_entropy(logits, y), logits
+
+    h, W, y = _inputs()
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        loss, logits = torch.compile(fn, backend=dynamo.backend)(h, W, y)
+    torch.testing.assert_close(logits, h @ W.T)
+
+
+def _rewritten(fn, *inputs) -> bool:
+    """Whether the ATen graph of fn has a chunked region (the finder, without compiling)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minicomp import capture
+
+    gm = make_fx(fn, decomposition_table=capture.decompositions())(*inputs)
+    with config.override(chunk_budget_bytes=BUDGET):
+        out = row_regions.rewrite(gm, [isinstance(x, torch.Tensor) and x.requires_grad for x in inputs])
+    return out is not None
+
+
+def test_what_is_not_chunked():
+    h, W, y = _inputs()
+    assert _rewritten(ce_ignore, h, W, y)
+
+    def returned(h, W, y):
+        logits = h @ W.T
+        return logits.logsumexp(-1), logits
+
+    assert not _rewritten(returned, h, W, y)
+    assert not _rewritten(lambda h, W, y: (h @ W.T).softmax(0).sum(-1), h, W, y)  # a reduction over rows
+    assert not _rewritten(lambda h, W, y: (h @ W.T).sum(0), h, W, y)
+    small = torch.randn(4, D)  # a product that fits the budget
+    assert not _rewritten(lambda h, W, y: F.cross_entropy(h @ W.T, y), small, W, y[:4].clamp_min(0))
+
+
+def test_not_chunked_under_the_default_budget():
+    h, W, y = _inputs()
+    torch._dynamo.reset()
+    before = len(chunked_rows.REGIONS)
+    out = torch.compile(ce_ignore, backend=dynamo.backend)(h, W, y)
+    torch.testing.assert_close(out, ce_ignore(h, W, y))
+    assert len(chunked_rows.REGIONS) == before
+    assert minicomp is not None
+
+
+def test_rows_of_a_batch_without_a_view_back():
+    """[B, S, V] logits reduced and gathered along their last dim as they are (dims 1 and 2 of a
+    chunk's flattened rows)."""
+
+    def fn(h, W, y):
+        logits = h @ W.T
+        picked = logits.softmax(-1).gather(2, y.clamp_min(0)[..., None]).squeeze(-1)
+        return (logits.logsumexp(-1) - picked) * (y >= 0)
+
+    h, W, y = _inputs()
+    h, y = h.detach()[:36].view(3, 12, D).requires_grad_(), y[:36].view(3, 12)
+    _check(fn, (h, W, y), rows=36)
+
+
+@pytest.mark.gpu
+def test_cuda_peak_below_the_product():
+    """On CUDA (each chunk's region compiled by minicomp.jit): bf16 [2048, 256] @ [32000, 256],
+    cross-entropy of the float32 logits, against eager; the step's peak above its inputs stays
+    under the float32 logits' bytes (the whole product would need that alone)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    n, d, v = 2048, 256, 32000
+    torch.manual_seed(0)
+    h = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    W = (torch.randn(v, d, device="cuda") / 16).to(torch.bfloat16).requires_grad_()
+    y = torch.randint(0, v, (n,), device="cuda")
+    y[::7] = -100
+
+    def fn(h, W, y):
+        return F.cross_entropy((h @ W.T).float(), y, label_smoothing=0.1)
+
+    ref = fn(h, W, y)
+    ref_grads = torch.autograd.grad(ref, [h, W])
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=16 << 20):
+        compiled = torch.compile(fn, backend=dynamo.backend)
+        torch.autograd.grad(compiled(h, W, y), [h, W])  # compiles
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = compiled(h, W, y)
+        grads = torch.autograd.grad(out, [h, W])
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    torch.testing.assert_close(out, ref, atol=2e-3, rtol=2e-3)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+    assert peak < n * v * 4, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_no_grad_forward_is_chunked(monkeypatch):
+    h, W, y = _inputs()
+    calls = []
+    forward = chunked_rows.Region.forward
+    monkeypatch.setattr(chunked_rows.Region, "forward", lambda self, inputs: calls.append(1) or forward(self, inputs))
+    torch._dynamo.reset()
+    with torch.no_grad(), config.override(chunk_budget_bytes=BUDGET):
+        out = torch.compile(ce_smoothing, backend=dynamo.backend)(h, W, y)
+    torch.testing.assert_close(out, ce_smoothing(h, W, y))
+    assert calls
+
+
+def test_frozen_weight():
+    """W needs no gradient: the backward computes h's alone."""
+    h, W, y = _inputs()
+    W = W.detach()
+
+    def fn(h, W, y):
+        return F.cross_entropy(h @ W.T, y)
+
+    ref = torch.autograd.grad(fn(h, W, y), h)[0]
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        got = torch.autograd.grad(torch.compile(fn, backend=dynamo.backend)(h, W, y), h)[0]
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)

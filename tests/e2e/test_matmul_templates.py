@@ -1,0 +1,210 @@
+"""Matmul templates (issue #40): mm, addmm and bmm as one Triton kernel each, with the pointwise
+consumers of the product (bias, activation, residual, cast) evaluated in the template's store
+(plan/matmul.py, codegen/matmul.py, templates/matmul.py.j2). Against eager with
+MINICOMP_MATMUL=template (`config.override(matmul=...)`) on odd sizes, transposed and batched
+operands, every dtype, forward and gradients (the backward's mms are templates too), through
+`minicomp.jit` and `torch.compile(backend="minicomp")`; kernel counts say what fused. The default
+("library") and "auto" keep ATen's matmuls on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import check, grads_match, kernel_count
+
+import minicomp
+import minicomp.dispatch.dynamo  # noqa: F401  (registers the backend)
+from minicomp import config
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+ATEN_MM = "torch.ops.aten.mm"  # the wrapper's line for an ATen matmul
+
+
+@pytest.fixture(autouse=True)
+def template():
+    """Every test forces the template, on fixed random inputs: a 16-bit product rounded next to 0
+    may fall on the other side of a ReLU from the float32 reference (conftest.grads_match)."""
+    torch.manual_seed(0)
+    with config.override(matmul="template"):
+        yield
+
+
+def _kinds(compiled) -> list[str]:
+    return [k.kind for k in compiled.kernels]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bias_gelu_epilogue_is_one_kernel(device, dtype):
+    x, w, b = (torch.randn(s, dtype=dtype, device=device) for s in ((33, 17), (17, 45), (45,)))
+    source = check(lambda x, w, b: F.gelu(x @ w + b), x, w, b, kernels=1)
+    assert "tl.dot(" in source and ATEN_MM not in source
+    assert "tl.store(out_ptr" in source and source.count("tl.store(") == 1  # the product is not written
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transposed_operands(device, dtype):
+    a = torch.randn(17, 33, dtype=dtype, device=device)
+    b = torch.randn(45, 17, dtype=dtype, device=device)
+    source = check(lambda a, b: (a.t() @ b.t()).relu(), a, b, kernels=1)
+    assert "* 33 +" in source or "* 33" in source  # a read at its strides: no copy kernel
+
+
+def test_linear_addmm_with_bias_broadcast_and_scales(device):
+    x, w, b = torch.randn(9, 20, device=device), torch.randn(30, 20, device=device), torch.randn(30, device=device)
+    check(lambda x, w, b: F.linear(x, w, b).sigmoid(), x, w, b, kernels=1)
+    col = torch.randn(9, 1, device=device)
+    check(lambda x, w, c: torch.addmm(c, x, w.t(), beta=0.5, alpha=2.0), x, w, col, kernels=1)
+
+
+def test_linear_on_three_dims_fuses_through_the_view(device):
+    """nn.Linear on [B, S, K]: addmm on the [B*S, K] view, then a view back to [B, S, N]; the
+    activation after the view is still the template's epilogue."""
+    x, w, b = torch.randn(2, 5, 12, device=device), torch.randn(24, 12, device=device), torch.randn(24, device=device)
+    check(lambda x, w, b: F.silu(F.linear(x, w, b)), x, w, b, kernels=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bmm_with_batch_in_the_grid(device, dtype):
+    q = torch.randn(3, 19, 24, dtype=dtype, device=device)
+    k = torch.randn(3, 33, 24, dtype=dtype, device=device)
+    source = check(lambda q, k: torch.bmm(q, k.transpose(1, 2)) * 0.125, q, k, kernels=1)
+    assert "pid_b = pid //" in source
+
+
+def test_residual_add_and_cast_to_bf16(device):
+    x, w, r = torch.randn(16, 24, device=device), torch.randn(24, 40, device=device), torch.randn(16, 40, device=device)
+    check(lambda x, w, r: (x @ w + r).to(torch.bfloat16), x, w, r, kernels=1)
+
+
+def test_product_also_returned_is_written_once_with_its_epilogue(device):
+    x, w = torch.randn(20, 12, device=device), torch.randn(12, 18, device=device)
+    source = check(lambda x, w: (lambda y: (y, y.relu()))(x @ w), x, w, kernels=1)
+    assert source.count("tl.store(") == 2
+
+
+def test_two_matmuls_of_one_stage_swiglu(device):
+    """silu(x @ w1) * (x @ w3): two templates, the second's epilogue reading the first's product."""
+    x = torch.randn(10, 16, device=device)
+    w1, w3 = torch.randn(16, 24, device=device), torch.randn(16, 24, device=device)
+    source = check(lambda x, w1, w3: F.silu(x @ w1) * (x @ w3), x, w1, w3, kernels=2)
+    assert ATEN_MM not in source
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_through_the_template(device, dtype):
+    x = torch.randn(13, 20, dtype=dtype, device=device)
+    w, b = torch.randn(20, 27, dtype=dtype, device=device), torch.randn(27, dtype=dtype, device=device)
+    entry = grads_match(lambda x, w, b: torch.relu(x @ w + b), x, w, b)
+    assert _kinds(entry.forward)[0] == "matmul" and ATEN_MM not in entry.forward.source
+    # dx = dy' @ w.t() and dw = x.t() @ dy', dy' the ReLU's gradient: templates reading transposed operands
+    assert _kinds(entry.backward).count("matmul") == 2, entry.backward.source
+    assert ATEN_MM not in entry.backward.source
+
+
+def test_torch_compile_backend(device):
+    x, w, b = torch.randn(33, 17, device=device), torch.randn(17, 45, device=device), torch.randn(45, device=device)
+
+    def mlp(x, w, b):
+        return torch.tanh(x @ w + b) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(mlp, backend="minicomp")
+    torch.testing.assert_close(compiled(x, w, b), mlp(x, w, b))
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    compiled(xg, wg, b).sum().backward()
+    xe, we = x.clone().requires_grad_(), w.clone().requires_grad_()
+    mlp(xe, we, b).sum().backward()
+    torch.testing.assert_close(xg.grad, xe.grad)
+    torch.testing.assert_close(wg.grad, we.grad)
+
+
+def test_library_and_auto_on_cpu_keep_aten(device):
+    x, w, b = torch.randn(8, 16, device=device), torch.randn(16, 8, device=device), torch.randn(8, device=device)
+    fn = lambda x, w, b: torch.relu(x @ w + b)  # noqa: E731
+    with config.override(matmul="library"):
+        source = check(fn, x, w, b, kernels=1)
+    assert ATEN_MM in source and "tl.dot(" not in source
+    if device.type == "cpu":
+        with config.override(matmul="auto"):
+            assert ATEN_MM in check(fn, x, w, b, kernels=1)
+    with config.override(matmul="sometimes"), pytest.raises(Exception, match="must be one of auto, template"):
+        minicomp.jit(lambda x, w: torch.relu(x @ w) * 3, fallback="raise")(x, w)
+
+
+def test_plan_names_the_choice():
+    x, w, b = torch.randn(8, 16), torch.randn(16, 8), torch.randn(8)
+    compiled = minicomp.jit(lambda x, w, b: torch.relu(x @ w + b))
+    text = str(compiled.compiled(x, w, b).plan)
+    assert "matmul template over [8, 8] (template: MINICOMP_MATMUL=template)" in text
+    assert kernel_count(compiled.source(x, w, b)) == 1
+
+
+def test_inputs_named_like_the_templates_variables(device):
+    """An epilogue input named `mask` or `acc` does not overwrite the template's own variables."""
+
+    def fn(a, b, mask, acc):
+        return (a @ b) * mask + acc
+
+    a, b = torch.randn(12, 20, device=device), torch.randn(20, 9, device=device)
+    check(fn, a, b, torch.randn(12, 9, device=device), torch.randn(9, device=device), kernels=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_and_bmm_gradients(device, dtype):
+    """A [B, S, K] linear with GELU, then attention-like scores (bmm) with a scale: every matmul of
+    the forward and the backward a template."""
+
+    def fn(x, w, b):
+        h = F.gelu(F.linear(x, w, b))
+        return torch.bmm(h, h.transpose(1, 2)) * 0.5
+
+    x = torch.randn(2, 7, 12, dtype=dtype, device=device) * 0.5  # bf16 gradients within grads_match's 5e-2
+    w, b = torch.randn(20, 12, dtype=dtype, device=device) * 0.3, torch.randn(20, dtype=dtype, device=device)
+    entry = grads_match(fn, x, w, b)
+    for compiled in (entry.forward, entry.backward):
+        assert "torch.ops.aten.mm" not in compiled.source and "torch.ops.aten.bmm" not in compiled.source
+        assert "matmul" in _kinds(compiled)
+
+
+@pytest.mark.gpu
+def test_auto_on_cuda_times_the_choice():
+    """On CUDA, "auto" times the template against cuBLAS + an epilogue kernel for a matmul with an
+    epilogue (runtime/matmul_choice.py) and says so in the plan; a bare matmul stays cuBLAS."""
+    from minicomp.plan.matmul import choices
+
+    x, w, b = (torch.randn(s, device="cuda", dtype=torch.bfloat16) for s in ((2048, 512), (256, 512), (256,)))
+    with config.override(matmul="auto"):
+        fn = minicomp.jit(lambda x, w, b: torch.relu(F.linear(x, w, b)))
+        torch.testing.assert_close(fn(x, w, b), torch.relu(F.linear(x, w, b)), atol=2e-2, rtol=2e-2)
+        lines = choices(fn.compiled(x, w, b).plan)
+        assert len(lines) == 1 and "auto, timed" in lines[0], lines
+        bare = minicomp.jit(lambda x, w: x @ w.t())
+        assert "no epilogue" in choices(bare.compiled(x, w).plan)[0]
+
+
+def test_one_tensor_as_both_operands_and_an_epilogue_input(device):
+    x = torch.randn(24, 24, device=device)
+    check(lambda x: torch.tanh(x @ x) + x, x, kernels=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prologue_scale_and_cast_of_the_operands(device, dtype):
+    """Operands only the matmul reads, computed from other tensors by a pointwise kernel (LoRA's
+    input scaling, a weight cast, through linear's transposing view), are computed in the
+    template's K loop as it loads them: mm, its prologues and its epilogue are one kernel."""
+    x, s = torch.randn(33, 17, device=device, dtype=dtype), torch.randn(17, device=device, dtype=dtype)
+    w, b = torch.randn(45, 17, device=device), torch.randn(45, device=device, dtype=dtype)
+    fn = lambda x, s, w, b: torch.relu(F.linear(x * s, w.to(x.dtype), b))  # noqa: E731
+    source = check(fn, x, s, w, b, kernels=1)
+    assert "a computed as it is loaded" in source
+    if dtype != torch.float32:  # (a float32 `w.to(float32)` is `w`: read at its strides, no prologue)
+        assert "b computed as it is loaded" in source
+        assert "torch.ops.aten.permute" not in source  # the transposing view is read in the kernel
+
+
+def test_prologue_operand_read_elsewhere_is_written(device):
+    """An operand the caller also gets back is written by its kernel and read by the template."""
+    x, w = torch.randn(20, 12, device=device), torch.randn(12, 18, device=device)
+    source = check(lambda x, w: (lambda h: (h @ w, h))(x.exp()), x, w, kernels=2)
+    assert "computed as it is loaded" not in source

@@ -1,0 +1,182 @@
+"""Compile cost that stays flat (issue #42): a new size of a dynamic graph is made concrete by
+substitution, not traced again (capture/specialize.py), and kernels alike but for their names
+share one `Launch` in a module (codegen/alike.py), so identical layers compile and tune once."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import minicomp
+from minicomp.capture import specialize
+from minicomp.codegen import alike
+
+
+def _attention_like(x, w):
+    """Sizes of x's dim 1 in views, a softmax over it, a slice of half of it, a mean over it."""
+    b, s, d = x.shape
+    h = (x @ w).view(b, s, 2, d // 2).transpose(1, 2)
+    scores = torch.softmax(h @ h.transpose(-1, -2) / s, dim=-1)
+    out = (scores @ h).transpose(1, 2).reshape(b, s, d)
+    return F.gelu(out[:, : s // 2 + 1]).mean(1) + out.mean(1)
+
+
+def test_new_lengths_are_substituted_not_traced_again(device, monkeypatch):
+    """After the first two lengths, each new length (one of 1, one that changes divisibility by
+    16, odd and even ones) compiles without a trace (`specialize.retraced` is never called), and
+    forward and backward equal eager's."""
+    from minicomp.dispatch import dynamo
+
+    traced, compiled = [], []
+    real_retraced, real_compile = specialize.retraced, dynamo.compile_graph
+    monkeypatch.setattr(specialize, "retraced", lambda *a: traced.append(1) or real_retraced(*a))
+    monkeypatch.setattr(dynamo, "compile_graph", lambda *a, **k: compiled.append(1) or real_compile(*a, **k))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, device=device, requires_grad=True)
+    fn = torch.compile(_attention_like, backend=minicomp.dispatch.dynamo.backend)
+    for length in (3, 5, 7, 16, 1, 6, 7):
+        before = len(compiled)
+        x = torch.randn(2, length, 8, device=device, requires_grad=True)
+        out = fn(x, w)
+        expected = _attention_like(x, w)
+        torch.testing.assert_close(out, expected)
+        seed = torch.randn_like(out)
+        grads = torch.autograd.grad(out, (x, w), seed)
+        torch.testing.assert_close(grads, torch.autograd.grad(expected, (x, w), seed))
+        if length in (7, 16, 6) and before:
+            assert len(compiled) - before in (0, 2)  # the forward and the backward of a new size, or none
+    assert not traced
+    assert compiled  # (the backend compiled something: the count above is not vacuous)
+
+
+def test_substituted_graph_is_the_traced_one():
+    """On a graph traced with symbolic sizes, the substituted graph runs as the function does and
+    has the ops, shapes and strides of the graph a trace on those values records; an input laid
+    out unlike the graph's (a transposed one) is traced again instead."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, n: int):
+        y = x.reshape(x.shape[0] * x.shape[1]).cumsum(0).view(x.shape[1], x.shape[0])
+        return y.t() * n + torch.arange(x.shape[1], dtype=x.dtype), torch.ones(x.shape[0] + 1)
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(3, 4), 2)
+    x = torch.randn(5, 7)
+    static, positions = specialize.substituted(gm, [x, 3])
+    assert positions == [0]
+    for got, want in zip(static(x), f(x, 3)):
+        torch.testing.assert_close(got, want)
+
+    def described(g):
+        return [
+            (n.target, tuple(n.meta["val"].shape), n.meta["val"].stride())
+            for n in g.graph.nodes
+            if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor)
+        ]
+
+    assert described(static) == described(specialize.retraced(gm, [x, 3])[0])
+
+    def g(x):
+        return x.cumsum(0) * x.shape[1]
+
+    gm = make_fx(g, tracing_mode="symbolic")(torch.randn(3, 4))
+    transposed = torch.randn(7, 5).t()
+    try:
+        specialize.substituted(gm, [transposed])
+    except specialize.NotSubstitutable:
+        pass
+    else:
+        raise AssertionError("a transposed input was substituted")
+    again, _ = specialize.concrete(gm, [transposed])
+    torch.testing.assert_close(again(transposed), g(transposed))
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.norm = torch.nn.Linear(16, 16), torch.nn.RMSNorm(16)
+
+    def forward(self, x):
+        return x + self.up(F.gelu(self.norm(x)))
+
+
+def test_identical_layers_compile_once(device):
+    """Identical blocks' kernels share one Launch per distinct kernel: six blocks have as many
+    as four (the first and last blocks' kernels differ from the middle ones'), forward and
+    backward, and the results are eager's."""
+    from minicomp.dispatch import dynamo
+
+    distinct = {}
+    real = dynamo.compile_graph
+    for blocks in (4, 6):
+        compiled = []
+        dynamo.compile_graph = lambda *a, **k: compiled.append(real(*a, **k)) or compiled[-1]
+        try:
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(*[_Block() for _ in range(blocks)]).to(device)
+            x = torch.randn(3, 16, device=device, requires_grad=True)
+            out = torch.compile(model, backend=minicomp.dispatch.dynamo.backend)(x)
+            torch.testing.assert_close(out, model(x))
+            out.sum().backward()
+            grads = [p.grad.clone() for p in model.parameters()]
+            model.zero_grad()
+            model(x).sum().backward()
+            torch.testing.assert_close(grads, [p.grad for p in model.parameters()])
+        finally:
+            dynamo.compile_graph = real
+        launches = [c.launch(k) for c in compiled for k in c.kernels]
+        distinct[blocks] = len({id(la) for la in launches})
+        assert len(launches) > distinct[blocks]  # (blocks' kernels were alike: some share)
+        assert any("but for its names" in c.source for c in compiled)
+    assert distinct[6] == distinct[4]
+
+
+_KERNEL = """
+@triton.jit
+def mc_fused_add_{i}(x{i}_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    x{i} = tl.load(x{i}_ptr + offsets, mask=offsets < n_elements)
+    add_{i} = {op}(x{i}, {c})
+    tl.store(out_ptr + offsets, add_{i}, mask=offsets < n_elements)
+
+
+launch_{i} = Launch(mc_fused_add_{i}, PointwiseLaunch(numel={numel}), device="cpu")
+"""
+
+
+def test_alike_keys_ignore_only_the_kernels_own_names():
+    """Kernels equal but for what they name themselves have one key; a different global called,
+    constant, launch spec or keyword-passed parameter makes another."""
+
+    def key(i=0, op="_sum", c="1.0", numel=64):
+        return alike.key(_KERNEL.format(i=i, op=op, c=c, numel=numel))
+
+    assert key(0) == key(7)
+    assert key(0) != key(0, op="_max")
+    assert key(0) != key(0, c="2.0")
+    assert key(0) != key(0, numel=128)
+    assert alike.key(_KERNEL.format(i=0, op="_sum", c="1.0", numel=64).replace("BLOCK_SIZE", "XBLOCK")) != key(0)
+    assert alike.key("def (") is None
+
+
+def _gelu_mm_gelu(x, y):
+    m = torch.mm(F.gelu(x), x)
+    return F.gelu(torch.mm(y, m.to(y.dtype)))
+
+
+def test_alike_kernels_of_other_dtypes_keep_their_own_launch(device):
+    """A Launch binds one binary for one signature: gelu of a float32 value and gelu of a float64
+    value are one text (one alike key) but two launches; both of float32 share one."""
+    import re
+
+    for dtype, shared in ((torch.float32, True), (torch.float64, False)):
+        x, y = torch.randn(4, 4, device=device), torch.randn(4, 4, device=device, dtype=dtype)
+        fn = minicomp.jit(_gelu_mm_gelu)
+        torch.testing.assert_close(fn(x, y), _gelu_mm_gelu(x, y))
+        compiled = fn.entry(x, y).compiled
+        launches = [compiled.launch(k) for k in compiled.kernels]
+        assert launches[0] is launches[-1] if shared else launches[0] is not launches[-1]
+        if not shared:
+            texts = re.split(r"\n(?=# kernel \d+:)", compiled.source[: compiled.source.index("def call")])[1:]
+            assert alike.key(texts[0]) == alike.key(texts[-1])  # (the text alone would have shared them)
