@@ -207,23 +207,11 @@ def test_host_overhead_of_a_graphed_call():
 def test_static_cache_decoding(name):
     """transformers' decoders token by token into a StaticCache, graphed: each step as eager's."""
     transformers = pytest.importorskip("transformers")
+    from test_decode_models import _gpt2, _llama  # the same tiny configs
+
     torch.manual_seed(0)
-    if name == "gpt2":
-        config = transformers.GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=64)
-        model = transformers.GPT2LMHeadModel(config)
-    else:
-        config = transformers.LlamaConfig(
-            vocab_size=1000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-        )
-        model = transformers.LlamaForCausalLM(config)
-    model = model.cuda().eval()
-    caches = [transformers.StaticCache(config=config, max_cache_len=32) for _ in range(2)]
+    model = (_gpt2() if name == "gpt2" else _llama()).cuda().eval()
+    caches = [transformers.StaticCache(config=model.config, max_cache_len=32) for _ in range(2)]
     compiled = torch.compile(model, backend="minicomp", mode="reduce-overhead")
     with torch.no_grad():
         for position in range(8):
