@@ -119,8 +119,8 @@ class _Finder:
             if dims is None or any(d < k for d in dims):
                 return False
             out = prefix
-        elif name == "gather":
-            if node.args[0] is not src or _norm(node.args[1], shape) < k:
+        elif name == "gather":  # (its index does not broadcast: the rows must be the index's own)
+            if node.args[0] is not src or _norm(node.args[1], shape) < k or shape[:k] != prefix:
                 return False
             if not self._operands(node, prefix, in_region, only=[node.args[2]]):
                 return False
@@ -404,13 +404,26 @@ def training_function(aot, parts, tensors: list[torch.Tensor]):
     rewritten = None
     try:
         mode = FakeTensorMode(allow_non_fake_inputs=True)
-        aten = _aten_graph(flat_fn, [mode.from_tensor(t) for t in tensors], mode)
+        fakes = [mode.from_tensor(t) for t in tensors]
+        if _switches_modes(flat_fn, fakes, mode):  # a trace to ATen would lose a no_grad block
+            log.info("not chunked: the function switches grad mode or autocast")
+            return aot(flat_fn, compile_forward, compile_backward), False
+        aten = _aten_graph(flat_fn, fakes, mode)
         rewritten = rewrite(aten, [t.requires_grad for t in tensors])
     except Exception as err:  # noqa: BLE001 - traced as it is
         log.info("not chunked: tracing to ATen failed: %s", err)
     if rewritten is None:
         return aot(flat_fn, compile_forward, compile_backward), False
     return aot(rewritten, compile_forward, compile_backward), True
+
+
+def _switches_modes(fn, fakes, fake_mode) -> bool:
+    """Whether `fn` switches grad mode or autocast: a pre-dispatch trace keeps those switches as
+    nodes (`stateful`), where the ATen trace the rewrite reads drops them."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with fake_mode:
+        return stateful(make_fx(fn, pre_dispatch=True)(*fakes))
 
 
 def stateful(gm: torch.fx.GraphModule) -> bool:

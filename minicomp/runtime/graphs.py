@@ -147,6 +147,11 @@ class Graphs:
     def recorded(self) -> int:
         return len(self.kept)
 
+    def saved_pending(self) -> bool:
+        """Whether a kept record's saved values (a training forward's, for its backward) are still
+        referenced: a replay of any graph of the pool may overwrite them then."""
+        return any(record.saved and record.pending() for _, record in self.kept.values())
+
     def _keep(self, graphed: Graphed, key) -> None:
         with self._lock:
             self.kept[(id(graphed), key)] = (graphed, graphed.records[key])
@@ -349,7 +354,9 @@ class Graphed:
     def _replay(self, record: Record, args: list, key):
         if not _static_in_place(args, record):
             return self._moved(args, key)
-        if record.saved and record.pending():
+        if record.saved and self.graphs.saved_pending():
+            # this record's saved values, or another signature's (one pool: a graph recorded after
+            # that one's backward ran may use its memory as scratch), are still to be read
             if not self._pending_said:
                 self._pending_said = True
                 logs.cudagraphs.info(

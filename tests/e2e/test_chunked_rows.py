@@ -309,3 +309,40 @@ def test_frozen_weight():
     with config.override(chunk_budget_bytes=BUDGET):
         got = torch.autograd.grad(torch.compile(fn, backend=dynamo.backend)(h, W, y), h)[0]
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
+
+
+def _jit_training_function(fn, *tensors):
+    from functorch.compile import aot_function, nop
+
+    with config.override(chunk_budget_bytes=BUDGET):
+        return row_regions.training_function(lambda g, a, b: aot_function(g, nop, nop), (fn, None, None), list(tensors))
+
+
+def test_a_no_grad_block_is_not_chunked_away():
+    """Regression: jit's training path traced the function to ATen without its `no_grad` block, so
+    the gradient flowed through a value eager computes without one (W's gradient 3% off)."""
+    h, W, y = _inputs()
+    W = W.detach().t().contiguous().requires_grad_()  # [D, V]
+
+    def fn(h, W, y):
+        with torch.no_grad():
+            scale = W.norm()
+        return F.cross_entropy((h @ W) / scale, y)
+
+    function, chunked = _jit_training_function(fn, h, W, y)
+    assert not chunked
+    assert _jit_training_function(lambda h, W, y: F.cross_entropy((h @ W) / W.norm(), y), h, W, y)[1]
+    expected = torch.autograd.grad(fn(h, W, y), W)[0]
+    torch.testing.assert_close(torch.autograd.grad(function(h, W, y), W)[0], expected)
+
+
+def test_a_gather_whose_index_is_not_by_rows_stays_whole():
+    """Regression: a gather's index does not broadcast; one of shape [1, k] over the product made
+    a region whose chunks could not gather (a RuntimeError where eager works)."""
+    h, W, _ = _inputs()
+    W = W.detach().t().contiguous().requires_grad_()
+    index = torch.tensor([[5]])
+    fn = lambda h, W, i: (h @ W).gather(1, i).sum()  # noqa: E731
+    function, chunked = _jit_training_function(fn, h, W, index)
+    assert not chunked
+    torch.testing.assert_close(function(h, W, index), fn(h, W, index))
