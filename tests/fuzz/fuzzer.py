@@ -358,6 +358,33 @@ def _reference(case: Case):
         return None
 
 
+def _ill_conditioned(case: Case, k: int, got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
+    """Whether every element where `got` and `want` differ moves as much in eager itself when the
+    floating inputs move by a few units in the last place: an output an ulp of difference upstream
+    may change wholesale (the singular vector of a rank-deficient matrix, as circular padding makes
+    one), where no compiler can match eager's bits. Judged only on values, never on metadata."""
+    if got.shape != want.shape or not want.dtype.is_floating_point:
+        return False
+    g, w = got.detach().double(), want.detach().double()
+    differ = (g - w).abs() > tol + tol * w.abs()
+    moved = torch.zeros_like(differ)
+    for seed in range(2):
+        noise = torch.Generator().manual_seed(seed)
+        nudged = [
+            x * (1 + 4 * torch.finfo(x.dtype).eps * torch.randn(x.shape, generator=noise).to(x.dtype))
+            if x.dtype.is_floating_point
+            else x
+            for x in case.inputs
+        ]
+        try:
+            with torch.no_grad():
+                out = _eager(case.source, nudged)[k].detach().double()
+        except Exception:  # noqa: BLE001 - eager fails on the nudged inputs: no verdict from them
+            return False
+        moved |= (out - w).abs() > tol + tol * w.abs()
+    return bool((moved | ~differ).all())
+
+
 class Refused(Exception):
     """minicomp refused the case cleanly (it would run eagerly): not a finding, but counted."""
 
@@ -385,7 +412,8 @@ def check(case: Case) -> Finding | None:
             )
         ref = reference[k] if reference is not None and want.dtype.is_floating_point else None
         ref = ref.to(want.dtype) if ref is not None and ref.is_floating_point() else ref
-        if (problem := _close(got, want, ref, _program_tolerance(case, want.dtype))) is not None:
+        tol = _program_tolerance(case, want.dtype)
+        if (problem := _close(got, want, ref, tol)) is not None and not _ill_conditioned(case, k, got, want, tol):
             return Finding(case, "wrong value" if "values" in problem else "wrong metadata", f"output {k}: {problem}")
     for k, (got, want) in enumerate(zip(args, eager_args)):
         if (problem := _close(got, want, None)) is not None:

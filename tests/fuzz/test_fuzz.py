@@ -32,3 +32,24 @@ def test_cases_are_reproducible_from_their_seed():
     a, b = fuzzer.generate(7, "all"), fuzzer.generate(7, "all")
     assert a.source == b.source and all(x.equal(y) for x, y in zip(a.inputs, b.inputs))
     assert "def f(" in a.repro() and f"case 7 ({a.family}" in a.repro()
+
+
+def test_an_output_eager_itself_cannot_hold_is_not_a_finding_and_a_wrong_one_is():
+    """Case 47064 of the long run: `svd(...).Vh` of a matrix with two equal columns (circular
+    padding): its null-space row turns wholesale when an input moves by an ulp, in eager too. Such
+    elements are not judged; an element eager holds steady still is."""
+    import torch
+
+    lines = [
+        "t0 = torch.log1p(torch.abs(F.pad(x0, (1, 1), mode='circular') * 2))",
+        "t1 = torch.linalg.svd(t0, full_matrices=False).Vh.abs() * 2",
+    ]
+    x = torch.randn(1, 8, 7, generator=torch.Generator().manual_seed(0))
+    case = fuzzer.Case(0, "extern", False, [x], ["x0"], lines, ["t1"])
+    want = fuzzer._eager(case.source, case.inputs)[0]
+    null_row = want.clone()
+    null_row[0, -1] = null_row[0, -1].flip(0)  # the null-space row changed: a nudge changes it in eager too
+    moved = fuzzer._ill_conditioned(case, 0, null_row, want, 1e-4)
+    steady = want.clone()
+    steady[0, 0, 0] += 1.0  # the largest singular vector: eager keeps it under a nudge
+    assert moved and not fuzzer._ill_conditioned(case, 0, steady, want, 1e-4)
