@@ -53,3 +53,14 @@ def test_an_output_eager_itself_cannot_hold_is_not_a_finding_and_a_wrong_one_is(
     steady = want.clone()
     steady[0, 0, 0] += 1.0  # the largest singular vector: eager keeps it under a nudge
     assert moved and not fuzzer._ill_conditioned(case, 0, steady, want, 1e-4)
+
+
+def test_a_gradient_through_16_bit_values_is_judged_at_their_precision():
+    """Case 56945 of the long run: float32 inputs cast to float16 inside; eager's backward rounds
+    each gradient to 16 bits, minicomp once (closer to float64), and the gradient was judged at
+    float32's tolerance."""
+    import torch
+
+    x = torch.randn(5, 3, 4, 5, generator=torch.Generator().manual_seed(0)).to(memory_format=torch.channels_last)
+    lines = ["t0 = x0.to(torch.float16)", "t1 = torch.sin(t0)", "t2 = torch.abs(t0)"]
+    assert fuzzer.check(fuzzer.Case(0, "reductions", True, [x], ["x0"], lines, ["t1", "t2"])) is None
