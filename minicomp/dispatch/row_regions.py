@@ -47,10 +47,6 @@ def _val(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
-def _tensor_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
-    return [n for n in node.all_input_nodes]
-
-
 class _Finder:
     """The region of one matmul node in an ATen graph, or the reason there is none."""
 
@@ -70,7 +66,7 @@ class _Finder:
         for node in self.gm.graph.nodes:
             if node.op != "call_function" or node is self.mm:
                 continue
-            inputs = _tensor_inputs(node)
+            inputs = node.all_input_nodes
             if not any(i in in_region or i in self.tainted for i in inputs):
                 continue
             if any(i in self.tainted for i in inputs) or not self._rowwise(node, in_region):
@@ -90,7 +86,7 @@ class _Finder:
         wanted = set(self.outputs)  # drop nodes no result depends on
         for node in reversed(self.region):
             if node in wanted:
-                wanted.update(i for i in _tensor_inputs(node) if i in in_region)
+                wanted.update(i for i in node.all_input_nodes if i in in_region)
         self.region = [n for n in self.region if n in wanted]
         self.sides = {s: r for s, r in self.sides.items() if any(s in n.all_input_nodes for n in self.region)}
         return None
