@@ -30,6 +30,17 @@ would make every partial a strided column); K is at most its size, and the
 largest divisor of it in [K/2, K], else the dim is padded with the combine's
 identity (0 for a sum, -inf for a max) to a multiple of K.
 
+A reduced dim too short for K on its own (a channels_last batch norm's statistics over
+[64, 64, 56, 56]: N gives 64 partials, 64 programs on a 132-SM GPU, 2.5x Inductor's
+time) is cut together with the reduced dims that follow it in memory (N and H:
+strides H*W*C and W*C), brought to the front by a permute where they are not:
+
+    partial = sum(view(permute(x, [0, 2, 1, 3]), [896, 4, 64, 56]), [1, 3])   [896, 64]
+
+Partials that outnumber the rows are stored K innermost ([896, 64] at strides
+(1, 896)): the combine then sums each row's partials as one contiguous run, a
+program per few rows, instead of one program walking all 896 rows of 64 columns.
+
 Split: sum, mean, amax, amin, any, all. Not split: prod (its partials would
 round in the output dtype) and argmax/argmin (a position must travel with each
 partial); they run one tile of rows a program.
@@ -163,7 +174,7 @@ def _group_cut(node: Node, graph: Graph, row_kernels) -> tuple[int, tuple[int, i
     group = next((g for g in range(min(target, rows), min(2 * target, rows) + 1) if rows % g == 0), None)
     if group is None:
         return None
-    return lead, (0, rows // group, rows)
+    return lead, (tuple(range(lead)), rows // group, rows)
 
 
 def _splittable(node: Node, graph: Graph) -> bool:
@@ -188,21 +199,46 @@ def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
     target = config.get("split_programs")
     sized = [d for d in r.dims if src.shape[d] > 1] or list(r.dims)
     dim = max(sized, key=lambda d: (abs(src.stride[d]), src.shape[d], -d))  # outermost in memory
-    k = min(space.extent // config.get("split_chunk"), -(-target // tiles), src.shape[dim])
+    wanted = min(space.extent // config.get("split_chunk"), -(-target // tiles))
+    run = _memory_run(dim, sized, src, wanted)
+    if len(run) > 1:  # the dims cut as one (a channels_last batch norm's N, H, W): K by a divisor
+        size = math.prod(src.shape[d] for d in run)
+        k = min(wanted, size)
+        for c in range(k, max(1, k // 2) - 1, -1):
+            if size % c == 0 and c >= 2:
+                return run, c, size
+    k = min(wanted, src.shape[dim])
     if k < 2:
         return None
     size = src.shape[dim]
     for c in range(k, max(1, k // 2) - 1, -1):
         if size % c == 0 and c >= 2:
-            return dim, c, size
-    return dim, k, -(-size // k) * k
+            return (dim,), c, size
+    return (dim,), k, -(-size // k) * k
 
 
-def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[str], lead: int = 0):
+def _memory_run(dim: int, reduced: list[int], src: TensorMeta, wanted: int) -> tuple[int, ...]:
+    """`dim` and the reduced dims that follow it in memory as one run (each dim's stride the next
+    one's times its size), added while their sizes multiply to fewer than half of `wanted`
+    partials (K may be any divisor in [K/2, K]): the cut of a reduction whose outermost reduced
+    dim alone is far too short for K (channels_last [64, 64, 56, 56] summed over N, H and W: N
+    gives 64 partials, N*H 3584)."""
+    run = [dim]
+    while 2 * math.prod(src.shape[d] for d in run) < wanted:
+        inner = src.stride[run[-1]]
+        after = [d for d in reduced if d not in run and src.stride[d] * src.shape[d] == inner and src.stride[d] != 0]
+        if not after:
+            break
+        run.append(after[0])
+    return tuple(run)
+
+
+def _rewrite(node: Node, graph: Graph, run: tuple[int, ...], k: int, size: int, taken: set[str], lead: int = 0):
     """(the nodes that replace `node`, the partial reduction's name, K). The last node keeps
-    `node`'s name and meta, so its users and the graph's outputs read it unchanged. With
-    `lead`, the leading `lead` dims (all reduced, `size` rows in all) are cut as one: the
-    row groups of a row kernel."""
+    `node`'s name and meta, so its users and the graph's outputs read it unchanged. `run`: the
+    reduced dims cut as one (`size` elements in all; one dim, or several that follow each other
+    in memory, brought to the front by a permute where they are not there). With `lead`, `run`
+    is the leading `lead` dims: the row groups of a row kernel."""
     r = spec(node, graph)
     src = graph[r.source].meta
     out = node.meta
@@ -217,27 +253,37 @@ def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[s
         return name
 
     source, shape, stride = r.source, src.shape, src.stride
-    if not lead and size != shape[dim]:  # pad the cut dim with the combine's identity
-        shape = shape[:dim] + (size,) + shape[dim + 1 :]
-        pad = [0, 0] * (src.ndim - 1 - dim) + [0, size - src.shape[dim]]
-        source = add(
-            "padded", aten.constant_pad_nd.default, (Ref(source), pad, _identity(node, src.dtype)), shape, src.dtype
-        )
-        stride = tuple(contiguous_strides(list(shape)))
-    chunk = size // k
-    if lead:  # [rows..., rest...] -> [k, chunk, rest...]
-        view_shape = (k, chunk) + shape[lead:]
-        view_stride = (stride[lead - 1] * chunk, stride[lead - 1]) + stride[lead:]
-    else:
+    if len(run) == 1:
+        dim = run[0]
+        if size != shape[dim]:  # pad the cut dim with the combine's identity
+            shape = shape[:dim] + (size,) + shape[dim + 1 :]
+            pad = [0, 0] * (src.ndim - 1 - dim) + [0, size - src.shape[dim]]
+            source = add(
+                "padded", aten.constant_pad_nd.default, (Ref(source), pad, _identity(node, src.dtype)), shape, src.dtype
+            )
+            stride = tuple(contiguous_strides(list(shape)))
+        chunk = size // k
         view_shape = shape[:dim] + (k, chunk) + shape[dim + 1 :]
         view_stride = stride[:dim] + (stride[dim] * chunk, stride[dim]) + stride[dim + 1 :]
+        inner = sorted({dim + 1} | {d + 1 if d > dim else d for d in r.dims if d != dim})
+        k_at = dim - sum(1 for d in r.dims if d < dim)
+    else:  # [run..., rest...] -> [k, chunk, rest...]
+        rest = [d for d in range(src.ndim) if d not in run]
+        order = [*run, *rest]
+        if order != list(range(src.ndim)):
+            shape, stride = tuple(shape[d] for d in order), tuple(stride[d] for d in order)
+            source = add("permuted", aten.permute.default, (Ref(source), order), shape, src.dtype, stride)
+        chunk, inmost = size // k, stride[len(run) - 1]
+        view_shape = (k, chunk) + shape[len(run) :]
+        view_stride = (inmost * chunk, inmost) + stride[len(run) :]
+        inner = [1] + [2 + i for i, d in enumerate(rest) if d in r.dims]
+        k_at = 0
     chunks = add("chunks", aten.view.default, (Ref(source), list(view_shape)), view_shape, src.dtype, view_stride)
-    inner = [1] if lead else sorted({dim + 1} | {d + 1 if d > dim else d for d in r.dims if d != dim})
     partial_shape = [s for d, s in enumerate(view_shape) if d not in inner]
     dtype_kw = {"dtype": acc} if takes_dtype else {}
-    partial = add("partial", op, (Ref(chunks), inner, False), partial_shape, acc, kwargs=dtype_kw)
+    layout = None if lead else _partial_strides(partial_shape, k_at)
+    partial = add("partial", op, (Ref(chunks), inner, False), partial_shape, acc, layout, dtype_kw)
     rows_shape = [s for d, s in enumerate(src.shape) if d not in r.dims]
-    k_at = dim - sum(1 for d in r.dims if d < dim)
     steps = [("total", op, (Ref(partial), [k_at], False), rows_shape, acc, dtype_kw)]
     if r.divide != 1:  # mean
         steps.append(("mean", aten.div.Tensor, (None, r.divide), rows_shape, acc, {}))
@@ -253,6 +299,22 @@ def _rewrite(node: Node, graph: Graph, dim: int, k: int, size: int, taken: set[s
         else:
             previous = add(what, target, args, shape_, dtype, kwargs=kwargs)
     return made, partial, k
+
+
+def _partial_strides(shape: list[int], k_at: int) -> tuple[int, ...] | None:
+    """The partials' layout: K innermost where they are more than the rows (a channels_last batch
+    norm's [896, 64]), so the combine reads each row's partials as one contiguous run (a row
+    reduction, its programs over the rows) instead of walking all K rows of a column sum in one
+    program; else contiguous (None; row-group partials always are)."""
+    rows = math.prod(shape) // max(shape[k_at], 1)
+    if rows >= shape[k_at] or rows == 1:
+        return None
+    strides, step = [0] * len(shape), shape[k_at]
+    for d in reversed(range(len(shape))):
+        if d != k_at:
+            strides[d], step = step, step * shape[d]
+    strides[k_at] = 1
+    return tuple(strides)
 
 
 def _identity(node: Node, dtype: torch.dtype):

@@ -122,6 +122,34 @@ def test_default_thresholds_split_only_what_lacks_rows():
     assert "[2048, 1, 4096]" in graph.describe()
 
 
+def test_a_short_outer_dim_is_cut_with_the_dims_after_it_in_memory():
+    # channels_last [64, 64, 56, 56] summed over N, H, W (a batch norm's statistics): N alone gave
+    # 64 partials of 3136 elements a channel (64 programs on a 132-SM GPU: 2.5x Inductor's time);
+    # N and H follow each other in memory (stride H*W*C, then W*C), so they are cut as one
+    x = torch.empty(64, 64, 56, 56).to(memory_format=torch.channels_last)
+    graph, plan = plan_of(lambda x: x.sum((0, 2, 3)), x)
+    ((_, k),) = graph.partials.values()
+    assert k > 64 and (64 * 56) % k == 0
+    assert "aten.permute" in graph.describe() and len(plan.kernels) == 2
+    # the partials are more than the 64 channels: stored K innermost, the combine sums each
+    # channel's partials as one contiguous row (a column walk of K rows took one program)
+    assert plan.kernels[0].outer and not plan.kernels[1].outer
+    # a contiguous tensor's N is as long as any cut needs: no permute
+    graph, _ = plan_of(lambda x: x.sum((0, 2, 3)), torch.empty(4096, 8, 16, 16))
+    assert "aten.permute" not in graph.describe()
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("op", ["sum", "amax", "mean"])
+@pytest.mark.parametrize("shape", [(4, 6, 5, 7), (8, 3, 8, 8)])  # (8, 3, 8, 8): 32 partials of 3 rows, K innermost
+def test_dims_cut_as_one_give_eager_results(device, small, channels_last, op, shape):
+    x = whole_numbers(*shape, device=device)
+    x = x.to(memory_format=torch.channels_last) if channels_last else x
+    check(lambda x: getattr(x, op)((0, 2, 3)), x)
+    check(lambda x: getattr(x, op)((0, 2, 3), keepdim=True) * 2, x)
+    check(lambda x: getattr(x, op)((0, 3)), x)
+
+
 def test_outer_reduction_takes_few_elements_of_many_rows():
     # sum over heads and batch, as a RoPE cos/sin gradient: rows contiguous in memory
     _, plan = plan_of(lambda g: g.sum((0, 1)), torch.randn(2, 4, 64, 16))
