@@ -46,3 +46,46 @@ def test_casts_of_computed_values_to_integers_truncate_the_stored_value(device, 
     fn = lambda x: ((torch.sin(x) * 4).to(to), (x * 3.3).to(to))  # noqa: E731
     for got, want in zip(minicomp.jit(fn)(x), fn(x)):
         assert torch.equal(got, want), (got != want).sum()  # exactly: a float32 reference would not do
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("wide", [torch.float32, torch.float64])
+def test_a_wider_0d_operand_is_rounded_to_the_common_dtype_first(device, dtype, wide):
+    """Long-run fuzz case 61481: `maximum(bf16 x, float32 0-d s)` compares in bfloat16, eager
+    rounding s first; compared in float32, an x equal to the rounded s was no tie, and its
+    gradient came out 1 where eager's is 0.5."""
+    x = torch.randn(4, 33, device=device, dtype=dtype)
+    s = torch.tensor(-1.0411838293075562, device=device, dtype=wide)
+    x[0, :5] = s.to(dtype)  # equal to s in `dtype` only
+    check(lambda x, s: (x == s, x >= s, x < s), x, s)
+    grads = []
+    for f in (torch.maximum, minicomp.jit(torch.maximum)):
+        leaf = x.detach().requires_grad_(True)
+        f(leaf, s).float().sum().backward()
+        grads.append(leaf.grad)
+    assert grads[0][0, :5].eq(0.5).all()
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_arithmetic_with_a_0d_operand_of_another_16_bit_dtype_rounds_it_first(device, train):
+    """Long-run fuzz case 69963: `where(s > 0, s, x) - s` with s a float16 0-d and x bfloat16 is 0
+    in eager (s rounded to bfloat16 on both sides); minicomp subtracted the stored, rounded copy
+    and the unrounded s, so sqrt(|.|)'s gradient was finite where eager's is nan."""
+    s = torch.tensor(0.294189453125, device=device, dtype=torch.float16)
+    x = torch.randn(3, 4, device=device, dtype=torch.bfloat16)
+
+    def fn(s, x):
+        t = torch.where(s > 0, s, x)
+        return -2 * torch.sqrt(torch.abs(t - s)), t
+
+    if not train:
+        check(fn, s, x)
+        return
+    grads = []
+    for f in (fn, minicomp.jit(fn)):
+        leaf = s.detach().requires_grad_(True)
+        out, t = f(leaf, x)
+        (out.float().sum() + t.float().sum()).backward()
+        grads.append(leaf.grad)
+    assert grads[0].isnan() and grads[1].isnan()

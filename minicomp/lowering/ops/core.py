@@ -150,11 +150,22 @@ class Op:
         return value
 
     def operand(self, name: str, dtype: torch.dtype | None = None) -> str:
-        """The operand's source, cast to `dtype` (default: this op's compute dtype)."""
-        return cast(self.value(name), dtype or self.compute)
+        """The operand's source, cast to `dtype` (default: this op's compute dtype). By default a
+        tensor operand of another dtype than a 16-bit result is first rounded to the result's
+        dtype, as eager converts every operand to the common dtype: `bf16 - f16_0d` subtracts the
+        0-d value rounded to bfloat16 (unrounded, `x - x` of a stored and an unstored copy of it
+        was not 0, and a gradient through sqrt(|x - x|) came out finite where eager's is nan)."""
+        value = self.value(name)
+        arg = self.args[name]
+        if dtype is None and self.out_dtype in dtypes.LOW_PRECISION and isinstance(arg, Ref):
+            own = self.graph[arg.name].meta.dtype
+            if own not in (self.out_dtype, torch.bool):
+                value = Value(f"{cast(value, self.out_dtype)}.to(tl.float32)", torch.float32)
+        return cast(value, dtype or self.compute)
 
     def promoted(self, *names: str) -> torch.dtype:
-        """PyTorch's promoted dtype of the operands (what comparisons compute in)."""
+        """PyTorch's promoted dtype of the operands (what comparisons compare in: a float32 0-d
+        tensor meeting a bfloat16 one is rounded to bfloat16 first)."""
         dummies = []
         for name in names:
             arg = self.args[name]
@@ -163,7 +174,7 @@ class Op:
                 dummies.append(torch.empty((1,) * min(meta.ndim, 1), dtype=meta.dtype, device="meta"))
             else:
                 dummies.append(arg)
-        return dtypes.compute_dtype(torch.result_type(*dummies))
+        return torch.result_type(*dummies)
 
     def compare(self, expr: Expr, relation: str, bound: int) -> Condition:
         """`expr <relation> bound` for relation in >=, <, ==: True or False where the kernel

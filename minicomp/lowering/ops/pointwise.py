@@ -102,17 +102,22 @@ def _binary(template: str) -> Rule:
 
 def _compare(symbol: str) -> Rule:
     def rule(op: Op) -> str:
-        dtype = op.promoted("self", "other")
-        return f"{_rounded(op, 'self', dtype)} {symbol} {_rounded(op, 'other', dtype)}"
+        common = op.promoted("self", "other")
+        return f"{_rounded(op, 'self', common)} {symbol} {_rounded(op, 'other', common)}"
 
     return rule
 
 
-def _rounded(op: Op, name: str, dtype: torch.dtype) -> str:
-    """An operand of a comparison, computed in `dtype`, as eager stores it (`_as_stored`): a
-    backward's `amin == sin(x)` recomputed sin unrounded against the stored, rounded amin: no
-    element was equal, and its gradient was 0 / 0."""
-    return cast(_as_stored(op, name), dtype)
+def _rounded(op: Op, name: str, common: torch.dtype) -> str:
+    """An operand of a comparison as eager compares it: as stored (`_as_stored`: a backward's
+    `amin == sin(x)` recomputed sin unrounded against the stored, rounded amin: no element was
+    equal, and its gradient was 0 / 0), then converted to the operands' `common` dtype (a float32
+    0-d tensor meeting bfloat16 values is rounded to bfloat16: maximum's backward found ties
+    there), held in its compute dtype."""
+    value, arg = _as_stored(op, name), op.args[name]
+    if isinstance(arg, Ref) and common in dtypes.LOW_PRECISION and op.graph[arg.name].meta.dtype != common:
+        value = Value(f"{cast(value, common)}.to(tl.float32)", torch.float32)
+    return cast(value, dtypes.compute_dtype(common))
 
 
 def _as_stored(op: Op, name: str) -> Value:
