@@ -17,6 +17,7 @@ once: that is the one run of the user's call (function.py), never an extra one.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import TYPE_CHECKING
 
 import torch
@@ -51,7 +52,45 @@ def tangents_like_outputs():
 
     if not hasattr(functorch_config, "guess_tangent_strides_as_outputs"):
         return contextlib.nullcontext()
-    return functorch_config.patch(guess_tangent_strides_as_outputs=True)
+    stack = contextlib.ExitStack()
+    stack.enter_context(functorch_config.patch(guess_tangent_strides_as_outputs=True))
+    stack.enter_context(_overlapping_outputs_take_formats())
+    return stack
+
+
+@contextlib.contextmanager
+def _overlapping_outputs_take_formats():
+    """An output whose elements share memory (`x.expand(2)`: stride 0) gets a tangent laid out by
+    its memory format, not by its strides. Newer torch does so itself; torch 2.11 gave such a
+    tangent stride 0, and its backward's `empty_strided(..., (0,)).copy_(grad)` raised "more than
+    one element of the written-to tensor refers to a single memory location" (fuzz case 543)."""
+    from torch._functorch._aot_autograd import schemas
+
+    meta = getattr(schemas, "MemoryFormatMeta", None)
+    if meta is None or _handles_overlap(meta):
+        yield
+        return
+    own = meta.__dict__["from_tensor"]
+
+    def from_tensor(t, *args, **kwargs):
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and torch._debug_has_internal_overlap(t) == 1:
+            return meta(memory_format=torch._prims_common.suggest_memory_format(t))
+        return own.__func__(t, *args, **kwargs)
+
+    meta.from_tensor = staticmethod(from_tensor)
+    try:
+        yield
+    finally:
+        meta.from_tensor = own
+
+
+@functools.cache
+def _handles_overlap(meta) -> bool:
+    """Whether this torch's MemoryFormatMeta lays out an overlapping output's tangent by format."""
+    try:
+        return meta.from_tensor(torch.empty(1).expand(2)).memory_format is not None
+    except Exception:  # noqa: BLE001 - another signature: leave it as it is
+        return True
 
 
 def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:

@@ -80,3 +80,26 @@ def test_view_inputs_and_outputs_without_grad(device):
     expected = torch.zeros(6, 8, device=device)
     expected[:, ::2] = base.detach()[:, ::2].exp()
     torch.testing.assert_close(base.grad, expected)
+
+
+@pytest.mark.parametrize("path", ["jit", "backend"])
+def test_an_expanded_output_takes_any_incoming_gradient(device, path):
+    """Fuzz case 543 (torch 2.11): an output that is an expand of a computed value (stride 0) got a
+    tangent laid out with its strides, and AOTAutograd's backward copied the incoming gradient into
+    an `empty_strided` with stride 0, which raised. Its tangent now takes the output's memory format."""
+
+    def fn(x, s):
+        return s.flip(0).expand(2), (x * 2)[:, None].expand(3, 4, 5)
+
+    x = torch.randn(3, 5, device=device, requires_grad=True)
+    s = torch.tensor(0.5, device=device, requires_grad=True)
+    run = minicomp.jit(fn) if path == "jit" else torch.compile(fn, backend="minicomp", fullgraph=True)
+    for step in range(3):  # the first call (traced), the next (compiled backward), a plain one
+        grads = []
+        for f in (fn, run):
+            a, b = f(x, s)
+            torch.manual_seed(step)
+            seeds = torch.randn(2, device=device), torch.randn(3, 4, 5, device=device)
+            grads.append(torch.autograd.grad((a * seeds[0]).sum() + (b * seeds[1]).sum(), (x, s)))
+        for got, want in zip(grads[1], grads[0]):
+            torch.testing.assert_close(got, want)
