@@ -72,3 +72,37 @@ def test_a_gradient_nearer_float64_than_eagers_is_not_a_finding():
     0.1300, eager 0.1194) and was reported. Gradients are now judged against float64 as outputs
     are: no worse than eager."""
     assert fuzzer.check(fuzzer.generate(70017)) is None
+
+
+def test_the_sign_of_a_nan_is_not_judged():
+    """Case 101437 of the GPU machine's run: `copysign(x, var(empty))` copies the sign of a NaN,
+    which IEEE 754 leaves unspecified (eager's empty var is a positive NaN, x86's 0 / 0 a negative
+    one); the magnitudes are still judged."""
+    assert fuzzer.check(fuzzer.generate(101437)) is None
+    import torch
+
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    case = fuzzer.Case(
+        0,
+        "reductions",
+        False,
+        [x, torch.empty(0)],
+        ["x0", "x1"],
+        ["t0 = x1.var(dim=-1)", "t1 = torch.copysign(x0, t0)"],
+        ["t1"],
+    )
+    assert fuzzer._nan_signed(case)
+    case = fuzzer.Case(0, "reductions", False, [x], ["x0"], ["t0 = torch.copysign(x0, x0 - 1)"], ["t0"])
+    assert not fuzzer._nan_signed(case)  # no NaN: the sign is judged
+
+
+def test_an_integer_at_a_rounding_boundary_is_not_a_finding():
+    """Case 109173 of the GPU machine's run: `log1p(exp(x)).to(int32)` of bfloat16 x. Eager rounds
+    exp to bfloat16 (log1p 0.9961 -> 0), minicomp rounds once at the store (0.9986 -> 1.0 -> 1);
+    an ulp of x moves eager's own output there. An integer eager holds steady is still judged."""
+    assert fuzzer.check(fuzzer.generate(109173)) is None
+    case = fuzzer.generate(109173)
+    want = fuzzer._eager(case.source, case.inputs)[0]
+    wrong = want.clone()
+    wrong[(0,) * wrong.ndim] += 5  # not near any boundary of eager's
+    assert not fuzzer._ill_conditioned(case, 0, wrong, want, 0.0)
