@@ -26,7 +26,7 @@ from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
 from minicomp.codegen.reuse import reused_in_place, written_in_place
 from minicomp.codegen.templates import ENV
-from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, safe_name
+from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, is_view_line, safe_name
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import attention_mask, mask_strides
 from minicomp.plan.fusion import Extern, Kernel, Plan
@@ -132,11 +132,22 @@ class _Body:
         self.flush()
         node = self.graph[step.node]
         rename = self.aligned_mask(node)
-        self.line(extern_line(node, rename), {step.node, *node.inputs(), *rename.values()})
+        planned = is_view_line(node) and self.as_meta(node.args[0].name) and not rename
+        self.line(extern_line(node, rename, planned), {step.node, *node.inputs(), *rename.values()})
+        if planned:
+            self.runtime_names.add("reinterpret")
+            return  # made at its meta layout: nothing to conform
         read = self.graph.users(step.node) or step.node in self.graph.outputs
         if isinstance(node.meta, TensorMeta) and read:  # the real layout may not be the meta kernel's
             self.runtime_names.add("conform")
             self.line(conform_line(node), {step.node})
+
+    def as_meta(self, name: str) -> bool:
+        """Is value `name` laid out as its meta says when `call` runs: an input (guarded), an
+        extern's output (conformed), a view made so, or a buffer allocated at those strides (not a
+        broadcast written densely, not a mask padded for SDPA: plan.strides)?"""
+        meta = self.graph[name].meta
+        return isinstance(meta, TensorMeta) and tuple(self.plan.strides.get(name, meta.stride)) == tuple(meta.stride)
 
     def aligned_mask(self, node) -> dict[str, str]:
         """For an SDPA call on a GPU whose attention mask is laid out as its kernels refuse (an
@@ -185,7 +196,7 @@ class _Body:
         graph = self.graph
         if isinstance(step, ScatterKernel):  # filled, or a copy of its `self`: codegen/scatter.py
             self.flush()  # (after a waiting kernel, which may write that `self`)
-            self.line(*scatter.allocation(self.plan, step))
+            self.line(*scatter.allocation(self.plan, step, self.empty))
             return
         for name in step.stores:
             meta = graph[name].meta
@@ -201,11 +212,14 @@ class _Body:
                     {name, buffer},
                 )
                 continue
-            self.line(
-                f"{name} = torch.empty_strided({meta.shape}, {self.plan.strides[name]}, "
-                f"dtype={meta.dtype}, device={str(meta.device)!r})",
-                {name},
-            )
+            self.line(f"{name} = {self.empty(meta, self.plan.strides[name])}", {name})
+
+    def empty(self, meta: TensorMeta, stride: tuple[int, ...]) -> str:
+        """The expression of a new buffer of `meta`'s shape and dtype at `stride`."""
+        if meta.device.type == "cuda":
+            self.runtime_names.add("empty_cuda")
+            return f"empty_cuda({meta.device.index or 0}, {tuple(meta.shape)}, {tuple(stride)}, {meta.dtype})"
+        return f"torch.empty_strided({meta.shape}, {stride}, dtype={meta.dtype}, device={str(meta.device)!r})"
 
     def flush(self) -> None:
         """Launch the kernel waiting for a partner, alone."""

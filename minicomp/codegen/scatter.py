@@ -45,12 +45,12 @@ def write(plan: Plan, kernel: ScatterKernel) -> ScatterSource:
     return ScatterWriter(plan, kernel).write()
 
 
-def allocation(plan: Plan, kernel: ScatterKernel) -> tuple[str, set[str]]:
+def allocation(plan: Plan, kernel: ScatterKernel, empty_of) -> tuple[str, set[str]]:
     """(the wrapper line that makes the output buffer with its starting value, the names it
-    touches): filled (a memset) or a copy of `self` (the caller's input is never added into)."""
+    touches): filled (a memset) or a copy of `self` (the caller's input is never added into).
+    `empty_of(meta, stride)`: the expression of a new buffer (codegen/module.py)."""
     name = kernel.stores[0]
-    meta = plan.graph[name].meta
-    empty = f"torch.empty_strided({meta.shape}, {plan.strides[name]}, dtype={meta.dtype}, device={str(meta.device)!r})"
+    empty = empty_of(plan.graph[name].meta, plan.strides[name])
     if kernel.base is not None:
         return f"{name} = {empty}.copy_({kernel.base})  # starts as {kernel.base}", {name, kernel.base}
     if kernel.fill == 0:

@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from minicomp.ir import Ref
+from minicomp.ir import Ref, TensorMeta
 
 
 def freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:
@@ -41,21 +41,23 @@ def doc_line(line: str) -> str:
     return line.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
-# view ops called as the tensor's method: the same ATen op without the OpOverload's Python call
-METHODS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.unsqueeze.default": "unsqueeze"}
+# view ops made at the strides the plan knows (runtime/allocate.py `reinterpret`): no op dispatch
+VIEWS = {"aten.view.default", "aten.permute.default", "aten.unsqueeze.default"}
 
 
-def extern_line(node, rename: dict[str, str] | None = None) -> str:
+def extern_line(node, rename: dict[str, str] | None = None, as_planned: bool = False) -> str:
     """The line of `call` that runs extern node `node` through ATen (`rename`: values passed
-    under another local's name, as an attention mask copied into the layout SDPA needs)."""
+    under another local's name, as an attention mask copied into the layout SDPA needs;
+    `as_planned`: a view (`is_view_line`) whose input is laid out as its meta says, made by
+    `reinterpret` at the view's meta layout)."""
     if rename:
         node = copy.copy(node)
         node.args, node.kwargs = _renamed(node.args, rename), _renamed(node.kwargs, rename)
     if node.target is operator.getitem:
         return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
-    method = METHODS.get(str(node.target))
-    if method and not node.kwargs and len(node.args) == 2 and isinstance(node.args[0], Ref):
-        return f"{node.name} = {node.args[0].name}.{method}({render_arg(node.args[1])})"
+    if as_planned and is_view_line(node):
+        meta = node.meta
+        return f"{node.name} = reinterpret({node.args[0].name}, {tuple(meta.shape)}, {tuple(meta.stride)}, 0)"
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
@@ -65,6 +67,18 @@ def extern_line(node, rename: dict[str, str] | None = None) -> str:
         raise NotImplementedError(f"cannot call {call!r} from generated code")
     args = [render_arg(a) for a in node.args] + [f"{k}={render_arg(v)}" for k, v in node.kwargs.items()]
     return f"{node.name} = {call}({', '.join(args)})"
+
+
+def is_view_line(node) -> bool:
+    """Whether extern node `node` is a view its line can make by `reinterpret` (a view op of a
+    value, its output's meta known), where its input is laid out as its own meta says."""
+    return (
+        str(node.target) in VIEWS
+        and not node.kwargs
+        and len(node.args) == 2
+        and isinstance(node.args[0], Ref)
+        and isinstance(node.meta, TensorMeta)
+    )
 
 
 def _renamed(value, rename: dict[str, str]):

@@ -13,11 +13,13 @@ compile_pool.py    the threads kernels compile in ahead of their first call
 loader.py          generated source -> a module in the cache directory, imported
 cache.py           the cache directory: private, verified, only its own files
 externs.py         an extern call's real output held to the planned layout (conform)
+allocate.py        buffers and views of a generated call, by torch's C++ fast paths
 interpreter_math.py  libdevice spelled for Triton's interpreter (CPU tensors)
 checks.py          device-side asserts in kernels (bounds, division by zero): raised as eager does
 graphs.py          CUDA graphs of compiled callables: recorded per signature, replayed (opt-in)
 """
 
+from minicomp.runtime.allocate import empty_cuda, reinterpret
 from minicomp.runtime.externs import ExternMismatch, aligned, conform
 from minicomp.runtime.launch import Launch, Reentered, interpreting
 from minicomp.runtime.launch_spec import CombinedLaunch, MatmulLaunch, PointwiseLaunch, ReductionLaunch, ScatterLaunch
@@ -30,6 +32,8 @@ __all__ = [
     "MatmulLaunch",
     "aligned",
     "conform",
+    "empty_cuda",
+    "reinterpret",
     "PointwiseLaunch",
     "ReductionLaunch",
     "Reentered",
