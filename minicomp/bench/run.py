@@ -84,7 +84,7 @@ def parse(argv):
         prog="minicomp bench",
         description="Check every workload's result against eager, then time eager, Inductor and minicomp "
         "(GPU; on the CPU results are only checked) and write table.md, results.json/.csv and a plot per "
-        "workload under OUT/<device>/.",
+        "workload under OUT/<device>/. `minicomp bench models --help`: whole models (the model suite).",
     )
     p.add_argument(
         "--workloads",
@@ -109,6 +109,12 @@ def parse(argv):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["models"]:  # whole models: minicomp/bench/models.py
+        from minicomp.bench.models import main as models
+
+        models(argv[1:])
+        return 0
     args = parse(argv)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")

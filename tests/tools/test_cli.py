@@ -76,3 +76,29 @@ def test_explain_writes_an_image_only_when_asked(tmp_path, monkeypatch, capsys):
     assert main(["explain", "bias_relu", "--image", "graph.svg"]) == 0
     assert "written to graph.svg" in capsys.readouterr().out
     assert [p.name for p in tmp_path.iterdir()] == ["graph.svg"]
+
+
+def test_bench_models_is_the_model_suite(tmp_path, capsys):
+    """`minicomp bench models`: its options; without a GPU and without --tiny, a usage error, not a
+    traceback; its plot of minicomp / Inductor per row (issue #38)."""
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "models", "--help"])
+    assert done.value.code == 0 and "--models" in capsys.readouterr().out
+    if not __import__("torch").cuda.is_available():
+        with pytest.raises(SystemExit) as done:
+            main(["bench", "models", str(tmp_path / "out.json")])
+        assert done.value.code == 2 and "--tiny" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+    from minicomp.bench.models import add_ratios, plot
+
+    rows = [
+        dict(model="bert", step="train", variant="inductor", ms=4.2, peak_mib=774.0),
+        dict(model="bert", step="train", variant="minicomp", ms=4.2, peak_mib=921.0),
+        dict(model="gpt2", step="decode", variant="inductor-ro", ms=0.37),
+        dict(model="gpt2", step="decode", variant="minicomp-graphs", ms=0.26),
+    ]
+    add_ratios(rows)
+    assert rows[1]["x_inductor"] == {"ms": 1.0, "peak_mib": 921.0 / 774.0}
+    assert rows[3]["x_inductor_ro"] == {"ms": 0.26 / 0.37}
+    assert plot(rows, tmp_path / "models.png").stat().st_size > 0
+    assert plot(rows[:1], tmp_path / "none.png") is None  # no minicomp row: no plot
