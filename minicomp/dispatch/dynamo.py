@@ -212,14 +212,15 @@ def _saved_count(forward: dict) -> int:
 @contextlib.contextmanager
 def _autograd_functions():
     """The autograd.Function classes AOTAutograd builds meanwhile on this thread (one for a graph
-    that needs gradients). None on a torch without the factory: a double backward then raises
-    AOTAutograd's own error, as before."""
+    that needs gradients): through its factory (newer torch), else as classes named
+    CompiledFunction are made (torch 2.11 defines the class inside its compile)."""
     from torch._functorch._aot_autograd import runtime_wrappers
 
     factory = getattr(runtime_wrappers, "_AOTDispatchAutogradFunctionFactory", None)
     built: list = []
     if factory is None or not hasattr(factory, "build"):
-        yield built
+        with _classes_made("CompiledFunction", built):
+            yield built
         return
     build, thread = factory.build, threading.get_ident()
 
@@ -236,6 +237,24 @@ def _autograd_functions():
         factory.build = build
 
 
+@contextlib.contextmanager
+def _classes_made(name: str, built: list):
+    """autograd.Function subclasses called `name` made meanwhile on this thread, into `built`."""
+    meta, thread = torch.autograd.function.FunctionMeta, threading.get_ident()
+    own = meta.__init__
+
+    def recording(cls, *args, **kwargs):
+        own(cls, *args, **kwargs)
+        if cls.__name__ == name and threading.get_ident() == thread:
+            built.append(cls)
+
+    meta.__init__ = recording
+    try:
+        yield built
+    finally:
+        meta.__init__ = own
+
+
 def _differentiable_backward(function, forward: dict) -> None:
     """A double backward (`torch.autograd.grad(..., create_graph=True)`, then a gradient of that
     gradient) through AOTAutograd's `function`, right: AOTAutograd's compiled backward is not
@@ -244,14 +263,45 @@ def _differentiable_backward(function, forward: dict) -> None:
     backward graphs eagerly instead, from the call's inputs, so that autograd records them; a
     plain backward stays the compiled one. Each call keeps its inputs (a reference on its
     autograd node, dropped by a backward that frees the graph: about 0.1 us a call)."""
-    names = ("_fwd_fn", "_backward_impl", "_double_backward", "_bw_epilogue_fn")
-    if not all(hasattr(function, name) for name in names):
+    if not all(hasattr(function, name) for name in ("_backward_impl", "_double_backward")):
         return
-    run_forward, run_backward = function._fwd_fn, function._backward_impl
+    if hasattr(function, "_fwd_fn") and hasattr(function, "_bw_epilogue_fn"):
+        run_forward, epilogue = function._fwd_fn, function._bw_epilogue_fn
 
-    def keeping_inputs(ctx, args, *rest):
-        ctx._minicomp_inputs = args
-        return run_forward(ctx, args, *rest)
+        def keeping_inputs(ctx, args, *rest):
+            ctx._minicomp_inputs = args
+            return run_forward(ctx, args, *rest)
+
+        function._fwd_fn = keeping_inputs
+    else:  # torch 2.11: the class's own forward, the module's epilogue
+        from torch._functorch._aot_autograd import runtime_wrappers
+
+        run_forward, finish = function.forward, runtime_wrappers._backward_epilogue_functional
+
+        def keeping_all(ctx, *args):
+            ctx._minicomp_inputs = args
+            return run_forward(ctx, *args)
+
+        def epilogue(out):
+            return finish(function.metadata, function.maybe_subclass_metadata, out)
+
+        run_own_backward = function.backward
+
+        def backward(ctx, *grads):
+            # 2.11 takes its double-backward path only where a saved value or a gradient needs a
+            # gradient (softmax saves its output alone): a gradient as a leaf that does sends it there
+            inputs = getattr(ctx, "_minicomp_inputs", None) or ()
+            if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+                at = next((i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)), None)
+                if at is not None and not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
+                    grads = (*grads[:at], grads[at].detach().requires_grad_(), *grads[at + 1 :])
+            return run_own_backward(ctx, *grads)
+
+        function.forward = staticmethod(keeping_all)
+        function.backward = staticmethod(backward)
+        if getattr(function.metadata, "bw_donated_idxs", None):
+            function.metadata.bw_donated_idxs = []  # none donated: retain_graph=True works
+    run_backward = function._backward_impl
 
     def releasing_inputs(ctx, all_args):
         if not torch._C._autograd._get_current_graph_task_keep_graph():
@@ -259,9 +309,12 @@ def _differentiable_backward(function, forward: dict) -> None:
         return run_backward(ctx, all_args)
 
     def double_backward(ctx, impl_fn, all_args):
-        return function._bw_epilogue_fn(_eager_backward(ctx, all_args, forward))
+        graphs = forward
+        if graphs.get("bw_gm") is None:  # torch 2.11 compiles the backward at its first call: its graph
+            lazy = getattr(function, "_lazy_backward_info", None)
+            graphs = {**forward, "bw_gm": getattr(lazy, "bw_module", None)}
+        return epilogue(_eager_backward(ctx, all_args, graphs))
 
-    function._fwd_fn = keeping_inputs
     function._backward_impl = staticmethod(releasing_inputs)
     function._double_backward = staticmethod(double_backward)
 
