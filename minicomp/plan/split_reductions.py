@@ -145,8 +145,8 @@ def _row_kernels(graph: Graph) -> tuple[dict[ReductionSpace, list[str]], dict[tu
     return rows, returned
 
 
-def _group_cut(node: Node, graph: Graph, row_kernels) -> tuple[int, tuple[int, int, int]] | None:
-    """(leading dims that are rows, (0, groups, rows)) when `node` reduces the leading dims of a
+def _group_cut(node: Node, graph: Graph, row_kernels) -> tuple[int, tuple[tuple[int, ...], int, int]] | None:
+    """(leading dims that are rows, (those dims, groups, rows)) when `node` reduces the leading dims of a
     value that a row kernel (`_row_kernels`) also walks: a persistent row reduction over the other
     dims, or a returned value of its shape; one that does not need `node`'s result (that one could
     only run after it). Else None."""
@@ -182,8 +182,8 @@ def _splittable(node: Node, graph: Graph) -> bool:
     return not node.is_input and node.op_name in SPLITTABLE and ops.classify(node, graph)[0] is NodeKind.REDUCTION
 
 
-def _cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
-    """(dim to cut, K, that dim's size after padding) when `node` is split, else None."""
+def _cut(node: Node, graph: Graph) -> tuple[tuple[int, ...], int, int] | None:
+    """(the dims cut as one, K, their size after padding) when `node` is split, else None."""
     if not _splittable(node, graph):
         return None
     r = spec(node, graph)
