@@ -6,13 +6,7 @@
 Kept here so the commands in benchmarks/results/*/model_suite/COMMAND.md run as written.
 """
 
-import json
-import sys
-
-from minicomp.bench.models import MODELS, build_task, child, main, step_inputs  # noqa: F401 - the scripts' names
+from minicomp.bench.models import main
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        child(json.loads(sys.argv[2]))
-    else:
-        main()
+    main()

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/scripts/profile_model_step.py MODEL VARIANT [OUT_DIR]
 
-MODEL: a key of minicomp/bench/models.MODELS (gpt2, bert, llama, resnet50, dlrm);
+MODEL: a key of minicomp/bench/model_specs.MODELS (gpt2, bert, llama, resnet50, dlrm);
 VARIANT: minicomp or inductor. Prints `step ms` (CUDA events over 20 steps after 5 warm-up steps),
 `gpu busy ms` (the sum of the GPU activities of a step, torch.profiler, mean of 3) and the kernel
 count; writes every kernel (us per step, count) to OUT_DIR/MODEL_VARIANT.txt. A step much longer
@@ -18,7 +18,7 @@ import tempfile
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from minicomp.bench import models as ms
+from minicomp.bench import model_specs as ms
 from minicomp.dispatch.dynamo import registered
 
 
