@@ -41,8 +41,9 @@ def doc_line(line: str) -> str:
     return line.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
-# view ops made at the strides the plan knows (runtime/allocate.py `reinterpret`): no op dispatch
-VIEWS = {"aten.view.default", "aten.permute.default", "aten.unsqueeze.default"}
+# view ops made at the strides the plan knows (runtime/allocate.py `reinterpret`), else called as
+# the tensor's method: the same ATen op without the OpOverload's Python call
+VIEWS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.unsqueeze.default": "unsqueeze"}
 
 
 def extern_line(node, rename: dict[str, str] | None = None, as_planned: bool = False) -> str:
@@ -55,9 +56,11 @@ def extern_line(node, rename: dict[str, str] | None = None, as_planned: bool = F
         node.args, node.kwargs = _renamed(node.args, rename), _renamed(node.kwargs, rename)
     if node.target is operator.getitem:
         return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
-    if as_planned and is_view_line(node):
-        meta = node.meta
-        return f"{node.name} = reinterpret({node.args[0].name}, {tuple(meta.shape)}, {tuple(meta.stride)}, 0)"
+    if is_view_line(node):
+        base, meta = node.args[0].name, node.meta
+        if as_planned:
+            return f"{node.name} = reinterpret({base}, {tuple(meta.shape)}, {tuple(meta.stride)}, 0)"
+        return f"{node.name} = {base}.{VIEWS[str(node.target)]}({render_arg(node.args[1])})"
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"

@@ -156,12 +156,20 @@ class Op:
         0-d value rounded to bfloat16 (unrounded, `x - x` of a stored and an unstored copy of it
         was not 0, and a gradient through sqrt(|x - x|) came out finite where eager's is nan)."""
         value = self.value(name)
-        arg = self.args[name]
-        if dtype is None and self.out_dtype in dtypes.LOW_PRECISION and isinstance(arg, Ref):
-            own = self.graph[arg.name].meta.dtype
-            if own not in (self.out_dtype, torch.bool):
-                value = Value(f"{cast(value, self.out_dtype)}.to(tl.float32)", torch.float32)
+        if dtype is None:
+            value = self.converted(name, value, self.out_dtype)
         return cast(value, dtype or self.compute)
+
+    def converted(self, name: str, value: Value, common: torch.dtype) -> Value:
+        """`value` of tensor operand `name` as eager sees it converted to the operands' `common`
+        dtype: rounded to it where it is 16-bit and the operand's own dtype another (held in
+        float32), else as it is."""
+        arg = self.args[name]
+        if common not in dtypes.LOW_PRECISION or not isinstance(arg, Ref):
+            return value
+        if self.graph[arg.name].meta.dtype in (common, torch.bool):
+            return value
+        return Value(f"{cast(value, common)}.to(tl.float32)", torch.float32)
 
     def promoted(self, *names: str) -> torch.dtype:
         """PyTorch's promoted dtype of the operands (what comparisons compare in: a float32 0-d

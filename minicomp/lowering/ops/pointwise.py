@@ -114,10 +114,7 @@ def _rounded(op: Op, name: str, common: torch.dtype) -> str:
     equal, and its gradient was 0 / 0), then converted to the operands' `common` dtype (a float32
     0-d tensor meeting bfloat16 values is rounded to bfloat16: maximum's backward found ties
     there), held in its compute dtype."""
-    value, arg = _as_stored(op, name), op.args[name]
-    if isinstance(arg, Ref) and common in dtypes.LOW_PRECISION and op.graph[arg.name].meta.dtype != common:
-        value = Value(f"{cast(value, common)}.to(tl.float32)", torch.float32)
-    return cast(value, dtypes.compute_dtype(common))
+    return cast(op.converted(name, _as_stored(op, name), common), dtypes.compute_dtype(common))
 
 
 def _as_stored(op: Op, name: str) -> Value:
