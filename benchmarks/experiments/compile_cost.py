@@ -124,7 +124,7 @@ def stepper(model, mode: str, batch: int, device: str, backend: str = "minicomp"
         model.train()
 
     def step(length: int):
-        ids = torch.randint(0, 128, (batch, length), device=device, generator=torch.Generator().manual_seed(length))
+        ids = torch.randint(0, 128, (batch, length), generator=torch.Generator().manual_seed(length)).to(device)
         if mode == "infer":
             with torch.no_grad():
                 compiled(input_ids=ids)

@@ -99,6 +99,23 @@ def peak_mib(run, device: str) -> float | None:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+def held(device: str) -> tuple[int, int] | None:
+    """(bytes allocated, bytes reserved) by torch's CUDA allocator now."""
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+
+
+def held_mib(before, after) -> dict:
+    """What the compiled step keeps between calls, after its warm-up and timed steps, above what was
+    held before it was compiled: its CUDA graphs' memory pool (allocated: the graphs' outputs and
+    buffers; reserved: the pool's whole segments), cached workspaces."""
+    if before is None:
+        return {}
+    return dict(held_mib=(after[0] - before[0]) / 2**20, held_reserved_mib=(after[1] - before[1]) / 2**20)
+
+
 def kernels(run, device: str) -> tuple[int | None, list]:
     """(GPU activities in one step, the 10 longest by name as [us, count, name]); on the CPU the
     profiler's ops by own time instead, and no count."""
@@ -155,12 +172,14 @@ def child(job: dict) -> None:
         args, kwargs, target = step_inputs(spec, s, step, task, s.length, device, dtype, dtype)
         sync(device)
         emit(build_s=time.perf_counter() - start)
+        before = held(device)
         fn = compiled(task, variant)
         run = make_step(task, fn, step, args, kwargs, target)
         first_s, out = timed_s(run, device)
         out = sample(out)
         emit(first_s=first_s, **_dynamo_counts(caught))
         emit(ms=median_ms(run, device), peak_mib=peak_mib(run, device))
+        emit(**held_mib(before, held(device)))
         count, top = kernels(run, device)
         emit(kernels=count, top=top, **_dynamo_counts(caught))
         if step == "infer" and spec.decoder:

@@ -39,9 +39,12 @@ Columns of a row:
   longest of them by name (us per step, count);
 - peak_mib: torch.cuda.max_memory_allocated during a step, above what was allocated before it
   (train: gradients are set to None at the end of each step, so they count in the peak);
+- held_mib, held_reserved_mib: memory the compiled step keeps between calls (allocated, and
+  reserved by the allocator), after the warm-up and timed steps, above what was held before it was
+  compiled: a graphed row's memory pool (issue #39 compares it with reduce-overhead's);
 - err: max |output - eager's| (train: the loss; else the logits, at most 2**20 evenly strided
   values); err_fp32: the same against float32 eager of the same (bf16-rounded) weights and inputs;
-- x_inductor (minicomp rows): minicomp / Inductor of ms, first_s and peak_mib; x_inductor_ro the
+- x_inductor (minicomp rows): minicomp / Inductor of ms, first_s, peak_mib and held_mib; x_inductor_ro the
   same against reduce-overhead (decode rows);
 - fallbacks: minicomp's warnings of graphs run eagerly (their first lines); graphs and
   graph_breaks: Dynamo's counters.
@@ -138,14 +141,16 @@ def _last_error(stderr: str) -> str:
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """x_inductor (and x_inductor_ro) on minicomp rows: minicomp / Inductor of ms, first_s, peak_mib."""
+    """x_inductor (and x_inductor_ro) on minicomp rows: minicomp / Inductor of ms, first_s, peak_mib,
+    held_mib."""
     by_key = {(r["model"], r["step"], r["variant"]): r for r in rows}
     for row in rows:
         if row["variant"] not in ("minicomp", "minicomp-graphs"):
             continue
         for base, key in (("inductor", "x_inductor"), ("inductor-ro", "x_inductor_ro")):
             other = by_key.get((row["model"], row["step"], base), {})
-            ratios = {m: row[m] / other[m] for m in ("ms", "first_s", "peak_mib") if row.get(m) and other.get(m)}
+            measures = ("ms", "first_s", "peak_mib", "held_mib")
+            ratios = {m: row[m] / other[m] for m in measures if row.get(m) and other.get(m)}
             if ratios:
                 row[key] = ratios
 
