@@ -22,8 +22,7 @@ padded through it (the value padded, then permuted), so two uses of one value (a
 logits gradient: dh's K operand, and transposed dW's M operand) share one
 padded copy. A strided slice that an ATen call or the caller would see (a graph
 output, an extern's operand, a view ATen could not take of it) is copied out
-once in eager's layout; kernels read it at the padded row stride, and so does a
-backward that reads a saved output at any strides (dispatch/saved_layouts.py).
+once in eager's layout; kernels read it at the padded row stride.
 
 Ops: mm, addmm (its bias padded where it spans N or M) and bmm. When (config
 "pad_matmuls"): "auto" pads a CUDA matmul of a 16-bit or float32 dtype with at
@@ -52,17 +51,14 @@ MATMULS = {"mm", "addmm", "bmm"}
 MODES = ("auto", "always", "never")
 
 
-def pad_matmuls(graph: Graph, any_layout: frozenset[str] = frozenset()) -> Graph:
-    """`graph` with each matmul that qualifies padded (the same graph when none does).
-    `any_layout`: outputs handed out at whatever strides the plan gives them (a forward's saved
-    activations that only its backward reads: dispatch/saved_layouts.py), so a slice of a padded
-    product among them stays a view."""
+def pad_matmuls(graph: Graph) -> Graph:
+    """`graph` with each matmul that qualifies padded (the same graph when none does)."""
     mode = config.get("pad_matmuls")
     if mode not in MODES:
         raise config.ConfigError(f"pad_matmuls must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "never" or (mode == "auto" and config.get("matmul") == "template"):
         return graph  # (a template reads any size at its strides: plan/matmul.py)
-    rewriter = _Rewriter(graph, mode, any_layout)
+    rewriter = _Rewriter(graph, mode)
     for name in graph.order:
         rewriter.visit(graph[name])
     if not rewriter.padded:
@@ -71,13 +67,13 @@ def pad_matmuls(graph: Graph, any_layout: frozenset[str] = frozenset()) -> Graph
 
 
 class _Rewriter:
-    def __init__(self, graph: Graph, mode: str, any_layout: frozenset[str]):
+    def __init__(self, graph: Graph, mode: str):
         self.graph, self.mode = graph, mode
         self.nodes: list[Node] = []
         self.taken = set(graph.order)
         self.made: dict[tuple, str] = {}  # (op, source, arguments) -> the node made for it: shared pads
         self.padded = 0
-        self.outputs = {o for o in graph.outputs if isinstance(o, str) and o not in any_layout}
+        self.outputs = {o for o in graph.outputs if isinstance(o, str)}
 
     def visit(self, node: Node) -> None:
         sizes = None if node.is_input else _sizes(node, self.graph)
