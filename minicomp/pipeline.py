@@ -87,15 +87,18 @@ def compile_graph(
     families: Families | None = None,
     freed_inputs: frozenset[str] = frozenset(),
     output_layouts: list[tuple[int, ...] | None] | None = None,
+    any_layout: frozenset[str] = frozenset(),
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text.
     `freed_inputs`: inputs the caller hands over (a backward's saved activations), so the order
     of the steps may count on their memory going at their last use (schedule.py).
-    `output_layouts`: strides wanted for the outputs, by position (a backward's: its leaves')."""
+    `output_layouts`: strides wanted for the outputs, by position (a backward's: its leaves').
+    `any_layout`: outputs that may come out at any strides (a forward's saved activations that its
+    backward reads at any strides: dispatch/saved_layouts.py)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
-    graph = pad_matmuls(graph)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
+    graph = pad_matmuls(graph, any_layout)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")

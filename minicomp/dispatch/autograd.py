@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils import _pytree as pytree
 
 from minicomp import capture, config, guards, runtime
-from minicomp.dispatch import fallback, row_regions
+from minicomp.dispatch import fallback, row_regions, saved_layouts
 from minicomp.dispatch.training_call import LeanCall, eager_backward, simple_first_call
 
 if TYPE_CHECKING:
@@ -34,12 +34,15 @@ if TYPE_CHECKING:
 
 
 def partition(joint, inputs, **kwargs):
-    """The min-cut partition, saving no views (they are recomputed from what is saved)."""
+    """The min-cut partition, saving no views (they are recomputed from what is saved); the
+    saved values the backward reads at any strides are marked on the forward (saved_layouts.py)."""
     import torch._functorch.config as functorch_config
     from functorch.compile import min_cut_rematerialization_partition
 
     with functorch_config.patch(recompute_views=True):
-        return min_cut_rematerialization_partition(joint, inputs, **kwargs)
+        forward, backward = min_cut_rematerialization_partition(joint, inputs, **kwargs)
+    saved_layouts.mark(forward, backward)
+    return forward, backward
 
 
 def tangents_like_outputs():
@@ -190,7 +193,8 @@ class TrainingEntry:
         def compile_forward(gm, example_inputs):
             if self.rows_chunked is None and row_regions.has_large_matmul(gm):
                 raise row_regions.Chunkable  # traced again with the product computed by chunks (_call)
-            self.forward = compile_graph(gm, f"{name}_forward", input_names, families)
+            any_layout = saved_layouts.any_layout(gm)
+            self.forward = compile_graph(gm, f"{name}_forward", input_names, families, any_layout=any_layout)
             return self.forward.boxed
 
         settings = config.current()  # autograd compiles a GPU backward on its own thread
@@ -198,6 +202,7 @@ class TrainingEntry:
         def compile_backward(gm, example_inputs):
             with config.override(**settings):
                 saved = saved_activations(self.forward.fx, gm)
+                checks = saved_layouts.laid_out(gm, saved_layouts.produced(self.forward.fx, self.forward))
                 try:
                     self.backward = compile_graph(
                         gm,
@@ -211,7 +216,7 @@ class TrainingEntry:
 
                     fallback.handle(f"{name}_backward", err, self.policy, instead="Running its backward eagerly.")
                     return make_boxed_func(gm.forward)
-            return self.backward.boxed
+            return saved_layouts.conformed(self.backward.boxed, checks)
 
         return compile_forward, compile_backward
 

@@ -29,7 +29,7 @@ from functorch.compile import make_boxed_func
 from minicomp import capture, config, runtime
 from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
-from minicomp.dispatch import fallback, row_regions
+from minicomp.dispatch import fallback, row_regions, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
 from minicomp.pipeline import compile_graph
 from minicomp.runtime import compile_pool
@@ -62,10 +62,17 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
 
             return _graphed(graphs, specialize.Specializing(gm, compile_static, fail), name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
+        checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []
+        any_layout = saved_layouts.any_layout(gm) if role == "forward" else frozenset()
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
-                compiled = compile_graph(gm, name, families=families, freed_inputs=saved, output_layouts=layouts)
+                compiled = compile_graph(
+                    gm, name, families=families, freed_inputs=saved, output_layouts=layouts, any_layout=any_layout
+                )
+            if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
+                forward["saved_layouts"] = saved_layouts.produced(gm, compiled)
             run = _eager_when_reentered(_checked_first_call(compiled, gm, fail), compiled, gm)
+            run = saved_layouts.conformed(run, checks)
             return _graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fail(err)

@@ -22,7 +22,8 @@ padded through it (the value padded, then permuted), so two uses of one value (a
 logits gradient: dh's K operand, and transposed dW's M operand) share one
 padded copy. A strided slice that an ATen call or the caller would see (a graph
 output, an extern's operand, a view ATen could not take of it) is copied out
-once in eager's layout; kernels read it at the padded row stride.
+once in eager's layout; kernels read it at the padded row stride, and so does a
+backward that reads a saved output at any strides (dispatch/saved_layouts.py).
 
 Ops: mm, addmm (its bias padded where it spans N or M) and bmm. When (config
 "pad_matmuls"): "auto" pads a CUDA matmul of a 16-bit or float32 dtype with at
@@ -51,14 +52,17 @@ MATMULS = {"mm", "addmm", "bmm"}
 MODES = ("auto", "always", "never")
 
 
-def pad_matmuls(graph: Graph) -> Graph:
-    """`graph` with each matmul that qualifies padded (the same graph when none does)."""
+def pad_matmuls(graph: Graph, any_layout: frozenset[str] = frozenset()) -> Graph:
+    """`graph` with each matmul that qualifies padded (the same graph when none does).
+    `any_layout`: outputs handed out at whatever strides the plan gives them (a forward's saved
+    activations that only its backward reads: dispatch/saved_layouts.py), so a slice of a padded
+    product among them stays a view."""
     mode = config.get("pad_matmuls")
     if mode not in MODES:
         raise config.ConfigError(f"pad_matmuls must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "never" or (mode == "auto" and config.get("matmul") == "template"):
         return graph  # (a template reads any size at its strides: plan/matmul.py)
-    rewriter = _Rewriter(graph, mode)
+    rewriter = _Rewriter(graph, mode, any_layout)
     for name in graph.order:
         rewriter.visit(graph[name])
     if not rewriter.padded:
@@ -67,13 +71,13 @@ def pad_matmuls(graph: Graph) -> Graph:
 
 
 class _Rewriter:
-    def __init__(self, graph: Graph, mode: str):
+    def __init__(self, graph: Graph, mode: str, any_layout: frozenset[str]):
         self.graph, self.mode = graph, mode
         self.nodes: list[Node] = []
         self.taken = set(graph.order)
         self.made: dict[tuple, str] = {}  # (op, source, arguments) -> the node made for it: shared pads
         self.padded = 0
-        self.outputs = {o for o in graph.outputs if isinstance(o, str)}
+        self.outputs = {o for o in graph.outputs if isinstance(o, str) and o not in any_layout}
 
     def visit(self, node: Node) -> None:
         sizes = None if node.is_input else _sizes(node, self.graph)

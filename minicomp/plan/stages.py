@@ -42,7 +42,9 @@ def _views_between_externs(graph: Graph, kinds, reasons) -> None:
     norm's output, where a kernel would write a copy. The chain must start at an ATen result, an
     input, or a computed value that a kernel writes with the strides eager gives it. A graph
     output that is such a view of an ATen result (a matmul's [B, S, D] view of its [B*S, D]
-    result) is returned as that view too, as eager returns it; a view of an input is still
+    result) is returned as that view too, as eager returns it, and kernels that read it read
+    the view (a padded matmul's product sliced to its columns, saved for the backward: no copy of
+    it, plan/pad_matmuls.py); a view of an input is still
     copied (the caller's input must not come back as an output). A copy (`clone`) is a
     computed value here: GQA's repeated k and v, saved for the backward as [B, K, G, S, D] and
     read by attention as a [B, H, S, D] view, are written once, not once in each shape."""
@@ -50,7 +52,8 @@ def _views_between_externs(graph: Graph, kinds, reasons) -> None:
     outputs = {o for o in graph.outputs if isinstance(o, str)}
     for name in reversed(graph.order):
         users = graph.users(name)
-        if name in chain and (all(kinds[u] is NodeKind.EXTERN for u in users) if users else name in fresh):
+        read_by_aten = bool(users) and all(kinds[u] is NodeKind.EXTERN for u in users)
+        if name in chain and (read_by_aten or (name in outputs and name in fresh)):
             if users or name in outputs:
                 kinds[name], reasons[name] = NodeKind.EXTERN, "a view of an ATen result read only by ATen calls"
     for name in graph.order:  # a view of a value a kernel writes in other strides than its meta's is computed too

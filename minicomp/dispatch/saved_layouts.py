@@ -1,0 +1,136 @@
+"""Saved activations handed to the backward in the layout the forward computed them in.
+
+A value the forward saves for the backward alone is minicomp's to lay out: nobody else sees it.
+Where the forward has it as a strided view (a padded matmul's product, `out_padded[:, :N]`, row
+stride Np: plan/pad_matmuls.py), copying it out densely costs a read and a write of the whole value
+and keeps both alive at once: GPT-2's [4096, 50257] logits, 412 MB in bf16, a step. Instead:
+
+- `mark` (the partition, dispatch/autograd.py): the forward's outputs that only the backward reads
+  are recorded on the forward graph (`ANY_LAYOUT` in its meta);
+- the forward's compile leaves them at the strides its plan has (`compile_graph(any_layout=...)`);
+  `produced` reads which of them came out laid out unlike the traced graph's meta;
+- the backward's compile (`laid_out`) gives those inputs the forward's layout in its graph's meta
+  and propagates fake tensors through the graph again, so every node after them has the layout
+  eager gives it from there (its views too); where the graph cannot take that layout (a view
+  eager could not make of it), the traced one stays and the input is copied into it. Its callable
+  conforms an input that arrives otherwise (the forward run eagerly after a fallback hands eager's
+  dense value): `conformed`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from minicomp.lowering.indexing import contiguous_strides
+from minicomp.runtime.externs import conform
+
+ANY_LAYOUT = "minicomp_any_layout"  # forward graph meta: saved outputs only the backward reads
+_MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+
+
+def mark(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> None:
+    """Record on `forward`'s meta the names of its saved matmul products that the backward alone
+    reads (not returned to the caller as well, who sees eager's layout) and can read with a gap
+    after each row (fake tensors propagated through it with such a layout: a padded product's)."""
+    outputs = [a for a in _output_args(forward) if isinstance(a, torch.fx.Node)]
+    once = {n.name: n for n in outputs if outputs.count(n) == 1 and n.target in _MATMULS}
+    probes = {}
+    for node in backward.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and node.name in once and node.users and _rows(value):
+            shape = tuple(value.shape)
+            rows = [stride * (shape[-1] + 1) for stride in contiguous_strides(shape[:-1])]
+            probes[node.name] = (shape, (*rows, 1))
+    names = set(probes) if probes and _propagated(backward, probes, keep=False) else set()
+    forward.meta[ANY_LAYOUT] = frozenset(names)
+
+
+def any_layout(forward: torch.fx.GraphModule) -> frozenset[str]:
+    return forward.meta.get(ANY_LAYOUT, frozenset())
+
+
+def produced(forward: torch.fx.GraphModule, compiled) -> dict[str, tuple[tuple, tuple]]:
+    """{name: (shape, stride)} of the saved outputs the compiled forward lays out unlike the traced
+    graph's meta (`compiled`: pipeline.Compiled)."""
+    traced = {n.name: n.meta.get("val") for n in forward.graph.nodes}
+    layouts = {}
+    for name in any_layout(forward):
+        meta, value = compiled.graph[name].meta if name in compiled.graph.nodes else None, traced.get(name)
+        stride = tuple(compiled.plan.strides.get(name, meta.stride)) if meta is not None else None
+        if isinstance(value, torch.Tensor) and stride is not None and stride != tuple(value.stride()):
+            layouts[name] = (tuple(meta.shape), stride)
+    return layouts
+
+
+def laid_out(backward: torch.fx.GraphModule, layouts: dict) -> list[tuple[int, tuple, tuple]]:
+    """Give `backward`'s inputs named in `layouts` those strides, and every node after them the
+    layout eager would give it from there (fake tensors propagated through the graph again: a view
+    of a row-padded value keeps the padded stride); the (position, shape, stride) of each such
+    input, for `conformed`. Where the graph cannot take them (a view eager could not make of that
+    layout), its meta stays as traced and each input is conformed to the traced layout instead."""
+    placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    wanted = {i: layouts[n.name] for i, n in enumerate(placeholders) if n.name in layouts}
+    if not wanted:
+        return []
+    if not _propagated(backward, layouts, keep=True):
+        return [(i, shape, tuple(placeholders[i].meta["val"].stride())) for i, (shape, _) in wanted.items()]
+    return [(i, shape, stride) for i, (shape, stride) in wanted.items()]
+
+
+def _propagated(backward: torch.fx.GraphModule, layouts: dict, keep: bool) -> bool:
+    """Whether fake tensors propagate through `backward` with its inputs named in `layouts` at those
+    (shape, stride); its nodes keep the new meta where `keep` and it did, else the traced one."""
+    placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    values = [n.meta.get("val") for n in placeholders]
+    mode = next((v.fake_mode for v in values if getattr(v, "fake_mode", None) is not None), None)
+    if mode is None or any(
+        not isinstance(values[i], torch.Tensor) for i, n in enumerate(placeholders) if n.name in layouts
+    ):
+        return False
+    traced = {n: dict(n.meta) for n in backward.graph.nodes}
+    with mode:
+        inputs = [
+            torch.empty_strided(*layouts[n.name], dtype=v.dtype, device=v.device) if n.name in layouts else v
+            for n, v in zip(placeholders, values)
+        ]
+    allowed, mode.allow_non_fake_inputs = mode.allow_non_fake_inputs, True  # the graph's constants
+    try:
+        FakeTensorProp(backward, mode).propagate_dont_convert_inputs(*inputs)
+        done = True
+    except Exception:  # noqa: BLE001 - a view this layout cannot take
+        done = False
+    finally:
+        mode.allow_non_fake_inputs = allowed
+    if not (done and keep):
+        for node, meta in traced.items():
+            node.meta.clear()
+            node.meta.update(meta)
+    return done
+
+
+def conformed(boxed, checks: list[tuple[int, tuple, tuple]]):
+    """`boxed` (a boxed backward), each input of `checks` first made to have its planned strides (a
+    copy, only when it arrives laid out otherwise)."""
+    if not checks:
+        return boxed
+
+    def run(args):
+        for i, shape, stride in checks:  # (no local keeps an input: `boxed` frees each at its last use)
+            if isinstance(args[i], torch.Tensor) and args[i].stride() != stride:
+                args[i] = conform(args[i], shape, stride, "a saved activation")
+        return boxed(args)
+
+    run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
+    return run
+
+
+def _output_args(gm: torch.fx.GraphModule) -> list:
+    node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    args = node.args[0]
+    return list(args) if isinstance(args, (list, tuple)) else [args]
+
+
+def _rows(value) -> bool:
+    """A tensor of at least 2 dims laid out contiguously (as a matmul's product is)."""
+    return isinstance(value, torch.Tensor) and value.ndim >= 2 and value.is_contiguous() and value.numel() > 0

@@ -1,0 +1,139 @@
+"""Saved activations handed to the backward at the forward's strides (dispatch/saved_layouts.py):
+a padded matmul's product sliced to its columns is saved as that view, not copied out."""
+
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import grads_match
+
+from minicomp import config
+from minicomp.dispatch import saved_layouts
+from minicomp.dispatch.dynamo import registered
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def always():
+    with config.override(pad_matmuls="always"):
+        yield
+
+
+def _loss(y):
+    return lambda h, w: F.cross_entropy((h @ w.t()).float(), y)
+
+
+def test_saved_product_is_the_padded_view(device, always):
+    # the logits [6, 37] are saved for the backward: as the view of the [6, 40] product, no kernel
+    # writes a copy of them, and the backward reads them at the row stride 40
+    h, w = torch.randn(6, 16, device=device), torch.randn(37, 16, device=device)
+    y = torch.randint(0, 37, (6,), device=device)
+    entry = grads_match(_loss(y), h, w)
+    assert "= torch.ops.aten.slice.Tensor(mm_padded, 1, 0, 37)" in entry.forward.source
+    assert "float32[6, 37] stride (40, 1)" in entry.backward.source
+
+
+def test_through_the_backend(device, always):
+    h, w = torch.randn(6, 16, device=device), torch.randn(37, 16, device=device)
+    y = torch.randint(0, 37, (6,), device=device)
+    eager = [t.clone().requires_grad_() for t in (h, w)]
+    mine = [t.clone().requires_grad_() for t in (h, w)]
+    compiled = torch.compile(_loss(y), backend=registered())
+    for _ in range(2):  # the second call too: the saved view of a fresh product
+        for t in mine:
+            t.grad = None
+        compiled(*mine).backward()
+    _loss(y)(*eager).backward()
+    for a, b in zip(mine, eager):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_an_input_that_arrives_dense_is_conformed():
+    # the forward run eagerly after a fallback hands the backward eager's dense value
+    seen = []
+
+    def backward(args):
+        seen.append(args[0].stride())
+        return [args[0] * 2]
+
+    run = saved_layouts.conformed(backward, [(0, (2, 3), (4, 1))])
+    x = torch.arange(6.0).view(2, 3)
+    (out,) = run([x])
+    assert seen == [(4, 1)]
+    torch.testing.assert_close(out, x * 2)
+    assert saved_layouts.conformed(backward, []) is backward
+
+
+def _graphs(backward_op, returned_too: bool = False):
+    """A forward saving a @ b (and returning it too), and a backward reading it through `backward_op`."""
+    fake = torch._subclasses.fake_tensor.FakeTensorMode()
+    with fake:
+        a, b, product = torch.empty(2, 4), torch.empty(4, 3), torch.empty(2, 3)
+    forward = torch.fx.Graph()
+    x, y = forward.placeholder("a"), forward.placeholder("b")
+    mm = forward.call_function(aten.mm.default, (x, y))
+    forward.output((mm, mm) if returned_too else (mm,))
+    backward = torch.fx.Graph()
+    saved, tangent = backward.placeholder(mm.name), backward.placeholder("tangents_1")
+    saved.meta["val"], tangent.meta["val"] = product, product
+    read = backward.call_function(backward_op, (saved, [-1]) if backward_op is aten.view.default else (saved, tangent))
+    backward.output((read,))
+    del a, b
+    return torch.fx.GraphModule({}, forward), torch.fx.GraphModule({}, backward)
+
+
+@pytest.mark.parametrize(
+    "backward_op, returned_too, marked",
+    [
+        (aten.mul.Tensor, False, True),
+        (aten.mul.Tensor, True, False),  # returned to the caller too: eager's layout
+        (aten.view.default, False, False),  # flattened: eager could not view a row-padded product so
+    ],
+)
+def test_saved_products_the_backward_alone_reads_row_padded_are_marked(backward_op, returned_too, marked):
+    forward, backward = _graphs(backward_op, returned_too)
+    saved_layouts.mark(forward, backward)
+    assert saved_layouts.any_layout(forward) == ({"mm_default"} if marked else frozenset())
+    assert backward.graph.find_nodes(op="placeholder")[0].meta["val"].stride() == (3, 1)  # the traced meta kept
+
+
+def _backward_viewing(shape):
+    def backward(saved, tangent):
+        return (saved.view(shape) * tangent.view(shape),)
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(backward, tracing_mode="fake")(torch.randn(2, 3), torch.randn(6))
+    gm.graph.find_nodes(op="placeholder")[0].name = "saved"
+    return gm
+
+
+def test_a_layout_the_backward_cannot_view_is_copied_into_the_traced_one():
+    # the backward flattens the saved [2, 3] value: eager cannot view it so at row stride 4
+    gm = _backward_viewing((-1,))
+    assert saved_layouts.laid_out(gm, {"saved": ((2, 3), (4, 1))}) == [(0, (2, 3), (3, 1))]
+    assert gm.graph.find_nodes(op="placeholder")[0].meta["val"].stride() == (3, 1)
+
+
+def test_views_after_a_row_padded_input_take_its_strides():
+    gm = _backward_viewing((2, 1, 3))
+    assert saved_layouts.laid_out(gm, {"saved": ((2, 3), (4, 1))}) == [(0, (2, 3), (4, 1))]
+    view = next(n for n in gm.graph.nodes if n.target is aten.view.default)
+    assert view.meta["val"].stride() == (4, 3, 1)
+
+
+def test_the_wrapper_keeps_no_reference_to_an_input():
+    # the boxed backward frees each saved input at its last use: a reference the wrapper kept held
+    # GPT-2's padded logits (393 MiB) through the whole backward on the H200
+    freed = []
+
+    def backward(args):
+        ref = weakref.ref(args[0])
+        args.clear()
+        freed.append(ref() is None)
+        return []
+
+    saved_layouts.conformed(backward, [(0, (2, 3), (3, 1))])([torch.randn(2, 3)])
+    assert freed == [True]
