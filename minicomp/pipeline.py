@@ -27,6 +27,7 @@ from minicomp.lowering.ops import NodeKind
 from minicomp.plan import fusion, schedule
 from minicomp.plan.fusion import Plan
 from minicomp.plan.pad_matmuls import pad_matmuls
+from minicomp.plan.padded_writes import written_padded
 from minicomp.plan.split_reductions import split_reductions
 from minicomp.plan.steps import PointwiseKernel, ReductionKernel
 from minicomp.runtime.launch import Launch
@@ -105,6 +106,7 @@ def compile_graph(
     plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
+    plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     try:
@@ -154,6 +156,7 @@ def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layo
     again = fusion.plan(plan.graph, frozenset(cut))
     again = schedule.order(again, freed_inputs)
     again = _with_output_layouts(again, layouts)
+    again = written_padded(again)
     logs.fusion.info("%s: plan\n%s\n%s", name, again.graph.describe(again.kinds), again)
     return again
 

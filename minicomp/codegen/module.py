@@ -30,6 +30,7 @@ from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed,
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import attention_mask, mask_strides
 from minicomp.plan.fusion import Extern, Kernel, Plan
+from minicomp.plan.padded_writes import border
 from minicomp.plan.steps import MatmulKernel, PointwiseKernel, ReductionKernel, ScatterKernel
 from minicomp.plan.storages import Storages
 from minicomp.plan.storages import uses as step_uses
@@ -200,6 +201,9 @@ class _Body:
             return
         for name in step.stores:
             meta = graph[name].meta
+            if name in self.plan.interior:  # written inside its padded buffer: plan/padded_writes.py
+                self.inside_padded(name)
+                continue
             if name in self.written:
                 self.line(f"{name} = {self.written[name]}  # the input's new value, written in place", {name})
                 continue
@@ -213,6 +217,17 @@ class _Body:
                 )
                 continue
             self.line(f"{name} = {self.empty(meta, self.plan.strides[name])}", {name})
+
+    def inside_padded(self, name: str) -> None:
+        """The padded buffer, its border zeroed, and `name` as the view of its interior."""
+        padded = self.plan.interior[name]
+        outer, inner = self.graph[padded].meta, self.graph[name].meta
+        self.line(f"{padded} = {self.empty(outer, self.plan.strides[padded])}", {padded})
+        for dim, start, length in border(self.plan, name):
+            self.line(f"{padded}.narrow({dim}, {start}, {length}).zero_()  # the padding", {padded})
+        self.runtime_names.add("reinterpret")
+        layout = f"{tuple(inner.shape)}, {tuple(self.plan.strides[name])}, 0"
+        self.line(f"{name} = reinterpret({padded}, {layout})  # inside {padded}", {name, padded})
 
     def empty(self, meta: TensorMeta, stride: tuple[int, ...]) -> str:
         """The expression of a new buffer of `meta`'s shape and dtype at `stride`."""

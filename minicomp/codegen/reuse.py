@@ -26,7 +26,7 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
     graph, reused, taken = plan.graph, {}, set()
     for name in source.kernel.stores:
         meta = graph[name].meta
-        if name in storages.kept:  # an output is its own tensor, never a view of a dead intermediate
+        if name in storages.kept or name in plan.interior:  # its own tensor, or inside a padded buffer
             continue
         for buffer in source.aligned.get(name, ()):
             other = graph[buffer].meta

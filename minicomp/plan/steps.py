@@ -167,6 +167,7 @@ class Plan:
     kinds: dict[str, NodeKind]  # node -> how it lowers
     strides: dict[str, tuple[int, ...]]  # value a kernel writes -> the strides it is allocated with
     spaces: dict[str, ReductionSpace] = field(default_factory=dict)  # node -> the reduction space it is in
+    interior: dict[str, str] = field(default_factory=dict)  # value -> the padded buffer it is written inside
 
     @property
     def kernels(self) -> list[Kernel]:

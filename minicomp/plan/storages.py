@@ -64,6 +64,8 @@ class Storages:
             node = graph[name]
             source = _aliased(node) if plan.kinds.get(name) is NodeKind.EXTERN else None
             owner[name] = owner.get(source, name) if source else name
+        for value, padded in plan.interior.items():  # written inside a padded buffer: plan/padded_writes.py
+            owner[value] = padded
         size = {name: nbytes(graph[name].meta) for name in graph.order if owner[name] == name}
         outputs = [o for o in graph.outputs if isinstance(o, str)]
         mutated = [n for pair in graph.mutations for n in pair]

@@ -137,3 +137,30 @@ def test_the_wrapper_keeps_no_reference_to_an_input():
 
     saved_layouts.conformed(backward, [(0, (2, 3), (3, 1))])([torch.randn(2, 3)])
     assert freed == [True]
+
+
+def test_a_computed_value_is_written_inside_its_padded_buffer(device, always):
+    # the logits' gradient (a reduction kernel's output: a row sum first) is written into the
+    # interior of the padded buffer both gradient matmuls read: no copy kernel, no second buffer
+    # (plan/padded_writes.py)
+    h, w = torch.randn(6, 16, device=device), torch.randn(37, 16, device=device)
+    y = torch.randint(0, 37, (6,), device=device)
+    entry = grads_match(_loss(y), h, w)
+    assert "# inside " in entry.backward.source and ".zero_()  # the padding" in entry.backward.source
+
+
+def test_a_reshaped_value_is_written_inside_its_padded_buffer(device, always):
+    # [2, 3, 37] logits flattened for the loss: the gradient's [2, 3, 37] store is written inside
+    # the padded [6, 40] buffer, rows 40 apart
+    h, w = torch.randn(2, 3, 16, device=device), torch.randn(37, 16, device=device)
+    y = torch.randint(0, 37, (6,), device=device)
+    entry = grads_match(lambda h, w: F.cross_entropy(F.linear(h, w).flatten(0, 1), y), h, w)
+    assert "# inside " in entry.backward.source
+
+
+def test_a_bias_gradient_reading_the_padded_value(device, always):
+    # the bias gradient's row-group partials ride in the kernel that writes the logits' gradient:
+    # that value stays where it was (its partials were wrong inside the padded buffer)
+    h, w, b = (torch.randn(2, 3, 16, device=device), torch.randn(37, 16, device=device), torch.randn(37, device=device))
+    y = torch.randint(0, 37, (6,), device=device)
+    grads_match(lambda h, w, b: F.cross_entropy(F.linear(h, w, b).flatten(0, 1), y), h, w, b)
