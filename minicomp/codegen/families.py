@@ -101,7 +101,11 @@ class Families:
                     sum(map(len, family.groups)),
                 )
             groups = family.groups
+            members = [family.first, *family.seen, literals]
         names = [f"s{i}" for i in range(len(groups))]
+        # a size whose members fall in different classes Triton specializes on (== 1, a multiple
+        # of 16: B * S at S = 500, 501) gets one binary for every value, not one per class
+        mixed = [n for n, group in zip(names, groups) if len({_int_class(m[group[0]]) for m in members}) > 1]
         name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
         pieces = [between[0]]
         for p, literal in enumerate(literals):
@@ -112,6 +116,7 @@ class Families:
             body="".join(pieces).split("\n"),
             sizes=names,
             size_values=values,
+            unspecialized=mixed,
             header=source.header + [f"  runtime sizes: {sizes} (a kernel family, codegen/families.py)"],
         )
 
@@ -119,3 +124,8 @@ class Families:
 def resolved(source: KernelSource) -> KernelSource:
     """`source` with its sizes written as plain literals (a kernel outside any family)."""
     return replace(source, body=[resolve_sizes(line) for line in source.body])
+
+
+def _int_class(value: int) -> str:
+    """What Triton's JIT specializes an integer on (runtime/records.py `int_class`, less its type)."""
+    return "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "any"

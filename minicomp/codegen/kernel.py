@@ -50,6 +50,7 @@ class KernelSource:
     wide_index: bool  # offsets need int64
     sizes: list[str] = field(default_factory=list)  # runtime size parameters (codegen/families.py)
     size_values: list[int] = field(default_factory=list)  # and this signature's values for them
+    unspecialized: list[str] = field(default_factory=list)  # sizes Triton must not specialize on (families.py)
 
     def launch_spec(self) -> LaunchSpec:
         """The launch spec its module's `Launch` gets (runtime/launch_spec.py)."""

@@ -45,7 +45,7 @@ class Ahead:
             configs = tuning.configs(launch.spec, launch.device, launch.records)
             compile_pool.triton_started(index)  # its driver is made once, not by two threads
             launch.kernel.device_caches[index]  # made once here: the tasks share Triton's JIT cache
-            found = specializations(signature)
+            found = specializations(signature, launch.unspecialized)
             pool = compile_pool.pool()
         except Exception as err:  # noqa: BLE001 - nothing ahead: the first call compiles, as without it
             logs.cache.info("%s: not compiled ahead (%s: %s)", launch.name, type(err).__name__, err)

@@ -63,6 +63,9 @@ class Launch:
             self.options = {**self.options, **checks.COMPILE_OPTIONS}
         self.name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         self.records = Records(kernel, self.name, self.device, self.options)
+        # the arguments Triton does not specialize on (a kernel family's sizes of mixed classes)
+        params = getattr(kernel, "params", ())
+        self.unspecialized = frozenset(i for i, p in enumerate(params) if getattr(p, "do_not_specialize", False))
         self.ahead = Ahead()
         self.config: tuning.Config | None = None
         self._fast = None  # the bound launcher, once the kernel is compiled
@@ -168,7 +171,7 @@ class Launch:
     def _binary(self, args, aligned: set[int]) -> tuple:
         """(compiled, through the JIT, whether this call already ran it) at `self.config`: compiled
         ahead, from a record, else through Triton's JIT, which runs this call."""
-        found = specializations(args)
+        found = specializations(args, self.unspecialized)
         ahead = self.ahead.binary(self.config, aligned, found)
         if ahead is not None:
             return (*ahead, False)

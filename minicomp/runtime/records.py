@@ -121,19 +121,25 @@ class Records:
         return "\n".join([source, *parts])
 
 
-def specializations(values) -> list[str]:
+def specializations(values, unspecialized: frozenset[int] = frozenset()) -> list[str]:
     """What Triton specializes each argument on besides alignment: a tensor's dtype (a tensor or,
-    compiling ahead, its torch.dtype) and an integer's `int_class`."""
+    compiling ahead, its torch.dtype) and an integer's `int_class` (its type alone at the
+    positions `unspecialized`: the kernel's `do_not_specialize`)."""
     return [
         str(v.dtype)
         if isinstance(v, torch.Tensor)
         else str(v)
         if isinstance(v, torch.dtype)
-        else int_class(v)
+        else (int_type(v) if i in unspecialized else int_class(v))
         if isinstance(v, int)
         else type(v).__name__
-        for v in values
+        for i, v in enumerate(values)
     ]
+
+
+def int_type(value: int) -> str:
+    """An integer's type alone (an argument Triton does not specialize on)."""
+    return f"int {'i32' if -(2**31) <= value < 2**31 else 'i64'}"
 
 
 def int_class(value: int) -> str:
