@@ -65,7 +65,7 @@ def kernel_count(source: str) -> int:
 
 def kernel_text(source: str) -> list[str]:
     """The Triton kernels of a module (what Triton compiles and keys its cache on)."""
-    return re.findall(r"^@triton\.jit(?:\(.*\))?\ndef mc_.*?(?=^launch_)", source, flags=re.M | re.S)
+    return re.findall(r"^@triton\.jit(?:\([^\n]*\))?\ndef mc_.*?(?=^launch_)", source, flags=re.M | re.S)
 
 
 def tolerance(dtype: torch.dtype) -> dict:

@@ -132,6 +132,7 @@ def _kernel(dtype, device, a: Layout, b: Layout, tiles):
         name="mc_matmul_probe",
         params=["a_ptr", "b_ptr", "out_ptr"],
         sizes=[],
+        unspecialized=[],
         tiles=tiles,
         batch=shape_a[0] if batched else 1,
         m=m,
