@@ -124,4 +124,3 @@ class Families:
 def resolved(source: KernelSource) -> KernelSource:
     """`source` with its sizes written as plain literals (a kernel outside any family)."""
     return replace(source, body=[resolve_sizes(line) for line in source.body])
-
