@@ -23,6 +23,7 @@ import torch
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from minicomp.lowering.indexing import contiguous_strides
+from minicomp.plan.pad_matmuls import ALIGNMENT
 from minicomp.runtime.externs import conform
 
 ANY_LAYOUT = "minicomp_any_layout"  # forward graph meta: saved outputs only the backward reads
@@ -38,7 +39,7 @@ def mark(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> None:
     probes = {}
     for node in backward.graph.nodes:
         value = node.meta.get("val")
-        if node.op == "placeholder" and node.name in once and node.users and _rows(value):
+        if node.op == "placeholder" and node.name in once and node.users and _rows(value) and _misaligned(value):
             shape = tuple(value.shape)
             rows = [stride * (shape[-1] + 1) for stride in contiguous_strides(shape[:-1])]
             probes[node.name] = (shape, (*rows, 1))
@@ -134,3 +135,11 @@ def _output_args(gm: torch.fx.GraphModule) -> list:
 def _rows(value) -> bool:
     """A tensor of at least 2 dims laid out contiguously (as a matmul's product is)."""
     return isinstance(value, torch.Tensor) and value.ndim >= 2 and value.is_contiguous() and value.numel() > 0
+
+
+def _misaligned(value: torch.Tensor) -> bool:
+    """Would pad_matmuls pad this product's columns (its row length not a multiple of 16 bytes)?
+    Only such a product can come out of the forward as a slice: the others are not probed (a
+    backward's fake propagation is a first call's cost)."""
+    alignment = ALIGNMENT.get(value.dtype)
+    return alignment is not None and value.shape[-1] % alignment != 0

@@ -68,11 +68,11 @@ def test_an_input_that_arrives_dense_is_conformed():
     assert saved_layouts.conformed(backward, []) is backward
 
 
-def _graphs(backward_op, returned_too: bool = False):
+def _graphs(backward_op, returned_too: bool = False, width: int = 3):
     """A forward saving a @ b (and returning it too), and a backward reading it through `backward_op`."""
     fake = torch._subclasses.fake_tensor.FakeTensorMode()
     with fake:
-        a, b, product = torch.empty(2, 4), torch.empty(4, 3), torch.empty(2, 3)
+        a, b, product = torch.empty(2, 4), torch.empty(4, width), torch.empty(2, width)
     forward = torch.fx.Graph()
     x, y = forward.placeholder("a"), forward.placeholder("b")
     mm = forward.call_function(aten.mm.default, (x, y))
@@ -87,18 +87,19 @@ def _graphs(backward_op, returned_too: bool = False):
 
 
 @pytest.mark.parametrize(
-    "backward_op, returned_too, marked",
+    "backward_op, returned_too, width, marked",
     [
-        (aten.mul.Tensor, False, True),
-        (aten.mul.Tensor, True, False),  # returned to the caller too: eager's layout
-        (aten.view.default, False, False),  # flattened: eager could not view a row-padded product so
+        (aten.mul.Tensor, False, 3, True),
+        (aten.mul.Tensor, True, 3, False),  # returned to the caller too: eager's layout
+        (aten.view.default, False, 3, False),  # flattened: eager could not view a row-padded product so
+        (aten.mul.Tensor, False, 4, False),  # 16-byte rows: never padded, not probed
     ],
 )
-def test_saved_products_the_backward_alone_reads_row_padded_are_marked(backward_op, returned_too, marked):
-    forward, backward = _graphs(backward_op, returned_too)
+def test_saved_products_the_backward_alone_reads_row_padded_are_marked(backward_op, returned_too, width, marked):
+    forward, backward = _graphs(backward_op, returned_too, width)
     saved_layouts.mark(forward, backward)
     assert saved_layouts.any_layout(forward) == ({"mm_default"} if marked else frozenset())
-    assert backward.graph.find_nodes(op="placeholder")[0].meta["val"].stride() == (3, 1)  # the traced meta kept
+    assert backward.graph.find_nodes(op="placeholder")[0].meta["val"].stride() == (width, 1)  # the traced meta kept
 
 
 def _backward_viewing(shape):
