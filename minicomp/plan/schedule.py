@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -49,6 +49,35 @@ def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
         steps = greedy
     steps = _views_late(plan, storages, steps, touched)
     return replace(plan, steps=[plan.steps[i] for i in steps])
+
+
+@dataclass
+class Peak:
+    """The modeled memory of a plan run in its order: the most bytes held at once, after which
+    step, and the memories alive then (owner -> bytes), as `order` compares orders by."""
+
+    bytes: int
+    step: str
+    alive: dict[str, int]
+
+
+def peak(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Peak:
+    """`plan`'s modeled peak in its own order (inputs counted where `freed_inputs` frees them:
+    a boxed backward's saved activations, handed over; the caller's other inputs are not)."""
+    storages = Storages.of(plan)
+    model = _Model(plan, storages, freed_inputs, [uses(plan, step) for step in plan.steps])
+    left = Counter(o for t in model.touches for o in t)
+    alive = {o: storages.size[o] for o in storages.inputs if o in model.freeable}
+    best = Peak(sum(alive.values()), "(the inputs)", dict(alive))
+    for i, step in enumerate(plan.steps):
+        alive.update({o: storages.size[o] for o in model.allocates[i]})
+        if sum(alive.values()) > best.bytes:
+            best = Peak(sum(alive.values()), _label(step), dict(alive))
+        for o in model.touches[i]:
+            if left[o] == 1 and o in model.freeable:
+                alive.pop(o, None)
+        model._run(i, left)
+    return best
 
 
 def _views_late(plan: Plan, storages: Storages, steps: list[int], touched: list[set[str]]) -> list[int]:

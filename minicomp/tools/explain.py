@@ -5,8 +5,9 @@
 
 Sections: the captured ATen FX graph, the IR, the fusion plan (kernels,
 extern calls, and why each edge that crosses a kernel boundary was not fused),
-the generated module, the compile's stages, and on a GPU the measured time of
-every kernel the call launched. With inputs that need gradients, forward and
+the generated module, its memory (the planned peak, what is alive then, and
+for a training forward what it saves for the backward), the compile's stages,
+and on a GPU the measured time of every kernel the call launched. With inputs that need gradients, forward and
 backward each get the same sections. The picture (written only when `image`
 names a file) draws the IR graph with each node colored by the kernel that
 computes it (see `graph_svg`).
@@ -59,6 +60,7 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
     if graphs[0][1] is None:
         return Explanation([("eager", f"{jitted.__name__} could not be compiled for these arguments; it runs eagerly")])
     report = Explanation()
+    saved = _saved(entry) if isinstance(entry, TrainingEntry) else frozenset()
     for role, compiled in graphs:
         if compiled is None:
             continue
@@ -72,6 +74,10 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
             ),
             *_matmuls(compiled, tag),
             (f"generated module{tag}", compiled.source),
+            (
+                f"memory{tag}",
+                memory(compiled, saved if role == "backward" else frozenset(), saved if role == "forward" else ()),
+            ),
             (f"compile time{tag}", compile_time(compiled)),
         ]
     if torch.cuda.is_available() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
@@ -105,6 +111,42 @@ def _matmuls(compiled: Compiled, tag: str) -> list[tuple[str, str]]:
                 f"; candidates timed: {timed or 'none (a small kernel takes the heuristic)'}"
             )
     return [(f"matmuls{tag}", "\n".join(lines))] if lines else []
+
+
+def _saved(entry: TrainingEntry) -> frozenset[str]:
+    """The values the forward hands the backward (its saved activations), by name."""
+    from minicomp.dispatch.autograd import saved_activations
+
+    if entry.forward is None or entry.backward is None:
+        return frozenset()
+    return saved_activations(entry.forward.fx, entry.backward.fx)
+
+
+def memory(compiled: Compiled, freed: frozenset[str] = frozenset(), saved=()) -> str:
+    """The planned peak of the generated `call` (plan/schedule.py's model: each buffer freed after
+    the step that uses it last; the caller's inputs not counted, a backward's saved activations
+    counted until their last use, `freed`), the memories alive then, and for a training forward
+    what it saves for the backward (`saved`)."""
+    from minicomp.ir import TensorMeta
+    from minicomp.plan.schedule import peak
+
+    mib = 2**20
+    planned = peak(compiled.plan, freed)
+    lines = [
+        f"planned peak: {planned.bytes / mib:.3f} MiB, after {planned.step} (buffers freed after their last use; "
+        f"{'saved activations counted until theirs, ' if freed else ''}the caller's inputs not counted)"
+    ]
+    for name, size in sorted(planned.alive.items(), key=lambda kv: -kv[1])[:8]:
+        lines.append(f"  {name}: {size / mib:.3f} MiB")
+    metas = [(n, compiled.graph[n].meta) for n in sorted(saved) if n in compiled.graph.nodes]
+    metas = [(n, m) for n, m in metas if isinstance(m, TensorMeta)]
+    if metas:
+        total = sum(m.numel * m.dtype.itemsize for _, m in metas)
+        lines.append(f"saved for the backward: {len(metas)} values, {total / mib:.3f} MiB")
+        for name, meta in sorted(metas, key=lambda nm: -nm[1].numel * nm[1].dtype.itemsize)[:12]:
+            size = meta.numel * meta.dtype.itemsize / mib
+            lines.append(f"  {name}: {str(meta.dtype).removeprefix('torch.')}{list(meta.shape)} {size:.3f} MiB")
+    return "\n".join(lines)
 
 
 def _run_backward_once(jitted: JitFunction, args, kwargs) -> None:

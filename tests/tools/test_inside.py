@@ -56,6 +56,21 @@ def test_explain_covers_forward_and_backward():
     assert "==== fusion plan (forward)" in report and "==== fusion plan (backward)" in report
 
 
+def test_explain_reports_the_planned_peak_and_what_is_saved():
+    # issue #41: an MLP's training step, [64, 32] @ [32, 128] -> GELU -> @ [128, 32] in float32
+    def mlp_loss(x, w1, w2):
+        return (torch.nn.functional.gelu(x @ w1) @ w2).square().mean()
+
+    args = [torch.randn(64, 32, requires_grad=True), torch.randn(32, 128, requires_grad=True)]
+    report = minicomp.explain(mlp_loss, *args, torch.randn(128, 32, requires_grad=True))
+    sections = dict(report.sections)
+    forward, backward = sections["memory (forward)"], sections["memory (backward)"]
+    assert forward.startswith("planned peak: ") and backward.startswith("planned peak: ")
+    assert "  mm: 0.031 MiB" in forward  # the [64, 128] float32 product, alive at the peak
+    assert "saved for the backward: " in forward and "  mm: float32[64, 128] 0.031 MiB" in forward
+    assert "saved activations counted until theirs" in backward
+
+
 def test_explain_writes_nothing_unless_asked(tmp_path, monkeypatch, capsys):
     """The API and the command line write the picture only when given a path."""
     monkeypatch.chdir(tmp_path)

@@ -134,6 +134,19 @@ def test_chosen_order_is_valid_and_never_models_a_higher_peak():
         ready |= set(storages.defines(step))
 
 
+def test_the_reported_peak_is_the_models():
+    # explain's planned peak (schedule.peak) is the peak `order` compares orders by, and what is
+    # alive then adds up to it
+    plan, saved = _block_plan(freed=True)
+    ordered = schedule.order(plan, saved)
+    model = schedule._Model(
+        ordered, storages.Storages.of(ordered), saved, [storages.uses(ordered, s) for s in ordered.steps]
+    )
+    reported = schedule.peak(ordered, saved)
+    assert reported.bytes == model.peak(list(range(len(ordered.steps)))) == sum(reported.alive.values())
+    assert reported.bytes > 0 and reported.step != "(the inputs)"
+
+
 def test_random_externs_keep_their_order():
     def fn(x):
         a = torch.rand_like(x)
