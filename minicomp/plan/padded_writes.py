@@ -14,8 +14,9 @@ the padded value's: plan/storages.py), and the wrapper zeroes the border once (c
 
 Applies to a pad with zeros at the end of dims only, whose kernel reads nothing but `x` (or a
 reshape of its leading dims: GPT-2's [B, S, V] gradient padded as [B * S, Vp]), where `x` is a
-kernel's store, neither an output nor mutated, that other kernels may read too (at its new
-strides; a bias gradient's row sum) but no ATen call.
+kernel's store, neither an output nor mutated, that nothing else reads: a kernel reading a view
+of it indexes the view at its meta's strides (BERT's bias gradient, a row sum of the logits'
+gradient, keeps the copy).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import dataclasses
 
 from minicomp.ir import Ref, TensorMeta
 from minicomp.lowering.indexing import contiguous_strides
-from minicomp.lowering.ops import VIEWS, NodeKind
+from minicomp.lowering.ops import VIEWS
 from minicomp.plan.steps import MatmulKernel, Plan, PointwiseKernel, ScatterKernel
 
 RESHAPES = {"view", "_unsafe_view", "reshape"}  # views that lay the same elements out in other dims
@@ -48,7 +49,7 @@ def written_padded(plan: Plan) -> Plan:
         if (
             set(kernel.loads) != {stored}
             or isinstance(producer[stored], (ScatterKernel, MatmulKernel))
-            or any(not _read_by_kernels(plan, name, {padded, *chain}, kept) for name in chain)
+            or any(not _read_only_through(plan, name, {padded, *chain}, kept) for name in chain)
         ):
             continue
         layout = _interior_strides(graph, padded, source, stored, strides)
@@ -85,25 +86,11 @@ def _reshapes(graph, source: str, producer: dict) -> list[str] | None:
     return chain
 
 
-def _read_by_kernels(plan: Plan, name: str, allowed: set[str], kept: set[str]) -> bool:
-    """Is `name` neither kept past the call nor read by an ATen call, other than through `allowed`?
-    (A kernel reads it at whatever strides the plan gives it.)"""
-    if name in kept:
-        return False
-    graph = plan.graph
-    for user in _live_users(graph, name, kept):
-        if user in allowed:
-            continue
-        if user in kept or plan.kinds.get(user) is NodeKind.EXTERN or _in_row_kernel(graph, user):
-            return False
-    return True
-
-
-def _in_row_kernel(graph, name: str) -> bool:
-    """A row-group partial (or the view it reads its chunks through), computed inside the kernel
-    that writes its source (plan/split_reductions.py): left as it is (its rows were wrong when the
-    source moved into a padded buffer)."""
-    return name in graph.grouped or any(u in graph.grouped for u in graph.users(name))
+def _read_only_through(plan: Plan, name: str, allowed: set[str], kept: set[str]) -> bool:
+    """Is `name` neither kept past the call nor read by anything but `allowed` (the reshapes down
+    to the pad)? Another kernel reading a view of it would index that view at the strides its
+    meta has, which are not the padded buffer's."""
+    return name not in kept and _live_users(plan.graph, name, kept) <= allowed
 
 
 def _interior_strides(graph, padded: str, source: str, stored: str, strides: dict) -> tuple[int, ...] | None:
