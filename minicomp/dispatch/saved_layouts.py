@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from minicomp.lowering.indexing import contiguous_strides
+from minicomp.lowering.indexing import row_padded_strides
 from minicomp.plan.pad_matmuls import ALIGNMENT
 from minicomp.runtime.externs import conform
 
@@ -40,9 +40,7 @@ def mark(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> None:
     for node in backward.graph.nodes:
         value = node.meta.get("val")
         if node.op == "placeholder" and node.name in once and node.users and _rows(value) and _misaligned(value):
-            shape = tuple(value.shape)
-            rows = [stride * (shape[-1] + 1) for stride in contiguous_strides(shape[:-1])]
-            probes[node.name] = (shape, (*rows, 1))
+            probes[node.name] = (tuple(value.shape), row_padded_strides(value.shape, value.shape[-1] + 1))
     names = set(probes) if probes and _propagated(backward, probes, keep=False) else set()
     forward.meta[ANY_LAYOUT] = frozenset(names)
 

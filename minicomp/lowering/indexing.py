@@ -246,6 +246,12 @@ def contiguous_strides(shape) -> list[int]:
     return strides[::-1]
 
 
+def row_padded_strides(shape, row: int) -> tuple[int, ...]:
+    """Strides of `shape` laid out with each row (its last dim) `row` elements apart: the
+    interior of a buffer padded along its last dim (plan/pad_matmuls.py)."""
+    return (*[stride * row for stride in contiguous_strides(list(shape[:-1]))], 1)
+
+
 class IterationSpace:
     """The dims a kernel walks, outermost first, and their index variables, defined from
     the flat index `base` (`offsets` in a pointwise kernel). A kernel with two spaces (a

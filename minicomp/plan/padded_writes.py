@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from minicomp.ir import Ref, TensorMeta
-from minicomp.lowering.indexing import contiguous_strides
+from minicomp.lowering.indexing import contiguous_strides, row_padded_strides
 from minicomp.lowering.ops import VIEWS
 from minicomp.plan.steps import MatmulKernel, Plan, PointwiseKernel, ScatterKernel
 
@@ -104,8 +104,7 @@ def _interior_strides(graph, padded: str, source: str, stored: str, strides: dic
         contiguous_strides(list(outer.shape))
     ):
         return None
-    shape = graph[stored].meta.shape
-    return (*[stride * outer.shape[-1] for stride in contiguous_strides(list(shape[:-1]))], 1)
+    return row_padded_strides(graph[stored].meta.shape, outer.shape[-1])
 
 
 def _live_users(graph, name: str, kept: set[str]) -> set[str]:

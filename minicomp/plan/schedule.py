@@ -66,18 +66,10 @@ def peak(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Peak:
     a boxed backward's saved activations, handed over; the caller's other inputs are not)."""
     storages = Storages.of(plan)
     model = _Model(plan, storages, freed_inputs, [uses(plan, step) for step in plan.steps])
-    left = Counter(o for t in model.touches for o in t)
-    alive = {o: storages.size[o] for o in storages.inputs if o in model.freeable}
-    best = Peak(sum(alive.values()), "(the inputs)", dict(alive))
-    for i, step in enumerate(plan.steps):
-        alive.update({o: storages.size[o] for o in model.allocates[i]})
-        if sum(alive.values()) > best.bytes:
-            best = Peak(sum(alive.values()), _label(step), dict(alive))
-        for o in model.touches[i]:
-            if left[o] == 1 and o in model.freeable:
-                alive.pop(o, None)
-        model._run(i, left)
-    return best
+    order = list(range(len(plan.steps)))
+    high, at = model.peak_at(order)
+    step = "(the inputs)" if at < 0 else _label(plan.steps[order[at]])
+    return Peak(high, step, {o: storages.size[o] for o in model.alive(order, at)})
 
 
 def _views_late(plan: Plan, storages: Storages, steps: list[int], touched: list[set[str]]) -> list[int]:
@@ -156,14 +148,32 @@ class _Model:
 
     def peak(self, order: list[int]) -> int:
         """The most bytes held at once while the steps run in `order` (of inputs, the freed ones)."""
+        return self.peak_at(order)[0]
+
+    def peak_at(self, order: list[int]) -> tuple[int, int]:
+        """(that peak, the position in `order` of the step it falls at: -1 for the inputs alone)."""
         left = Counter(o for t in self.touches for o in t)
         now = high = self.held_inputs
-        for i in order:
+        at = -1
+        for position, i in enumerate(order):
             now += sum(self.storages.size[o] for o in self.allocates[i])
-            high = max(high, now)
+            if now > high:
+                high, at = now, position
             now -= self._freed(i, left)
             self._run(i, left)
-        return high
+        return high, at
+
+    def alive(self, order: list[int], at: int) -> set[str]:
+        """The memories held once the step at position `at` of `order` has allocated its own."""
+        left = Counter(o for t in self.touches for o in t)
+        alive = {o for o in self.storages.inputs if o in self.freeable}
+        for i in order[: at + 1]:
+            alive |= self.allocates[i]
+            if i == order[at]:
+                break
+            alive -= {o for o in self.touches[i] if left[o] == 1 and o in self.freeable}
+            self._run(i, left)
+        return alive
 
     def greedy(self) -> list[int]:
         left = Counter(o for t in self.touches for o in t)

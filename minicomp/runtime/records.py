@@ -125,16 +125,17 @@ def specializations(values, unspecialized: frozenset[int] = frozenset()) -> list
     """What Triton specializes each argument on besides alignment: a tensor's dtype (a tensor or,
     compiling ahead, its torch.dtype) and an integer's `int_class` (its type alone at the
     positions `unspecialized`: the kernel's `do_not_specialize`)."""
-    return [
-        str(v.dtype)
-        if isinstance(v, torch.Tensor)
-        else str(v)
-        if isinstance(v, torch.dtype)
-        else (int_type(v) if i in unspecialized else int_class(v))
-        if isinstance(v, int)
-        else type(v).__name__
-        for i, v in enumerate(values)
-    ]
+    return [_specialization(v, i in unspecialized) for i, v in enumerate(values)]
+
+
+def _specialization(value, unspecialized: bool) -> str:
+    if isinstance(value, torch.Tensor):
+        return str(value.dtype)
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, int):
+        return int_type(value) if unspecialized else int_class(value)
+    return type(value).__name__
 
 
 def int_type(value: int) -> str:

@@ -129,6 +129,7 @@ def memory(compiled: Compiled, freed: frozenset[str] = frozenset(), saved=()) ->
     what it saves for the backward (`saved`)."""
     from minicomp.ir import TensorMeta
     from minicomp.plan.schedule import peak
+    from minicomp.plan.storages import nbytes
 
     mib = 2**20
     planned = peak(compiled.plan, freed)
@@ -141,11 +142,10 @@ def memory(compiled: Compiled, freed: frozenset[str] = frozenset(), saved=()) ->
     metas = [(n, compiled.graph[n].meta) for n in sorted(saved) if n in compiled.graph.nodes]
     metas = [(n, m) for n, m in metas if isinstance(m, TensorMeta)]
     if metas:
-        total = sum(m.numel * m.dtype.itemsize for _, m in metas)
-        lines.append(f"saved for the backward: {len(metas)} values, {total / mib:.3f} MiB")
-        for name, meta in sorted(metas, key=lambda nm: -nm[1].numel * nm[1].dtype.itemsize)[:12]:
-            size = meta.numel * meta.dtype.itemsize / mib
-            lines.append(f"  {name}: {str(meta.dtype).removeprefix('torch.')}{list(meta.shape)} {size:.3f} MiB")
+        lines.append(f"saved for the backward: {len(metas)} values, {sum(nbytes(m) for _, m in metas) / mib:.3f} MiB")
+        for name, meta in sorted(metas, key=lambda nm: -nbytes(nm[1]))[:12]:
+            dtype = str(meta.dtype).removeprefix("torch.")
+            lines.append(f"  {name}: {dtype}{list(meta.shape)} {nbytes(meta) / mib:.3f} MiB")
     return "\n".join(lines)
 
 
