@@ -8,10 +8,14 @@ and residual in the store: plan/matmul.py), =library (cuBLAS, then one fused poi
 and =auto (the shape rule). Workloads:
 
   dlrm_<K>x<N>   one DLRM MLP layer, relu(x @ W^T + b), x [8192, K]
-  mlp3_128       three layers of width 128 with ReLU, x [8192, 128]
+  mlp3_128       three layers of width 128 with ReLU, x [8192, 128] (one kernel: a chain)
+  mlp2_64        two layers of width 64 with ReLU, x [8192, 64] (one kernel: a chain)
+  mlp3_128_b64k, mlp2_64_b64k   the same at x [65536, width]: GPU-bound, not host-bound
+  swiglu_1024x2816   silu(x @ w1) * (x @ w3), x [8192, 1024]: one kernel (x @ w1 a sibling)
   gemm_4096      x @ W, [4096, 4096] @ [4096, 4096], no epilogue
   gemm_4096_bias_relu   the same with bias + ReLU
-  lora_r16       x @ W + 2 * (x @ A) @ B, x [8192, 1024], W [1024, 1024], rank 16
+  lora_r16       x @ W + 2 * (x @ A) @ B, x [8192, 1024], W [1024, 1024], rank 16 (one kernel:
+                 x @ W a sibling, x @ A chained)
 
 and, as training steps (forward + backward: the backward's dx and dW matmuls are templates
 too), `train_dlrm_512x256` and `train_mlp3_128`.
@@ -19,8 +23,13 @@ too), `train_dlrm_512x256` and `train_mlp3_128`.
 Each row: median ms (do_bench), the relative error against a float32 eager reference, the
 kernels minicomp's (forward) module launches and their kinds, the first call's seconds (trace,
 compile, tuning, and in "auto" the timing of the choice), and ms / the library variant's ms
-(`x_library`: under 1 is the template winning) and / eager's. MATMUL_AUTOTUNE=1 adds Inductor
-with mode="max-autotune" (minutes of compile: its first_s is the comparison of compile cost).
+(`x_library`: under 1 is the template winning) and / eager's. The MLP rows add "minicomp
+template, layer by layer": a template a layer, the chain off (config matmul_chain_width=0); the
+SwiGLU and LoRA rows "minicomp template, siblings" (config matmul_siblings: one kernel).
+MATMUL_AUTOTUNE=1 adds Inductor with mode="max-autotune-no-cudagraphs" (its GEMM templates timed,
+minutes of compile: its first_s is the
+comparison of compile cost); MATMUL_AUTOTUNE=name,name adds it to those workloads only.
+MATMUL_WORKLOADS=name,name runs only those.
 """
 
 from __future__ import annotations
@@ -44,6 +53,14 @@ def layer(x, w, b):
 
 def mlp3(x, w1, b1, w2, b2, w3, b3):
     return torch.relu(F.linear(torch.relu(F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2)), w3, b3))
+
+
+def mlp2(x, w1, b1, w2, b2):
+    return torch.relu(F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2))
+
+
+def swiglu(x, w1, w3):
+    return F.silu(x @ w1) * (x @ w3)
 
 
 def gemm(x, w):
@@ -77,17 +94,24 @@ def workloads(run: harness.Run) -> dict:
                 randn(n, dtype=dtype),
             ],
         )
-    width = max(128 // s, 16)
-    found["mlp3_128"] = (
-        mlp3,
-        lambda dtype: (
-            [randn(rows, width, dtype=dtype)]
-            + [
-                t
-                for _ in range(3)
-                for t in (randn(width, width, dtype=dtype, scale=width**-0.5), randn(width, dtype=dtype))
-            ]
-        ),
+    mlps = (("mlp3_128", mlp3, 3, max(128 // s, 16), rows), ("mlp2_64", mlp2, 2, max(64 // s, 16), rows))
+    mlps += tuple((f"{name}_b64k", fn, depth, width, rows * 8) for name, fn, depth, width, rows in mlps)
+    for name, fn, depth, width, batch in mlps:
+        found[name] = (
+            fn,
+            lambda dtype, depth=depth, width=width, batch=batch: (
+                [randn(batch, width, dtype=dtype)]
+                + [
+                    t
+                    for _ in range(depth)
+                    for t in (randn(width, width, dtype=dtype, scale=width**-0.5), randn(width, dtype=dtype))
+                ]
+            ),
+        )
+    d, hidden = 1024 // s, 2816 // s
+    found["swiglu_1024x2816"] = (
+        swiglu,
+        lambda dtype: [randn(rows, d, dtype=dtype)] + [randn(d, hidden, dtype=dtype, scale=d**-0.5) for _ in range(2)],
     )
     big = 4096 // s
     found["gemm_4096"] = (
@@ -112,7 +136,7 @@ def workloads(run: harness.Run) -> dict:
             randn(16, d, dtype=dtype, scale=0.25),
         ],
     )
-    for name in ("dlrm_512x256", "mlp3_128"):
+    for name in ("dlrm_512x256", "mlp3_128", "mlp2_64"):
         fn, make = found[name]
         found[f"train_{name}"] = (
             fn,
@@ -147,7 +171,10 @@ def main(argv=None):
     dtype = torch.float32 if run.tiny else torch.bfloat16
     harness.fresh_cache()  # nothing tuned or compiled by an earlier run
     rows = []
+    only = [n for n in os.environ.get("MATMUL_WORKLOADS", "").split(",") if n]
     for name, (fn, make) in workloads(run).items():
+        if only and name not in only:
+            continue
         train = name.startswith("train_")
         args = make(dtype)
         with torch.no_grad():
@@ -155,15 +182,26 @@ def main(argv=None):
         variants = {"eager": (fn, None)}
         if not run.tiny:
             variants["inductor"] = (torch.compile(fn, dynamic=False), None)
-            if os.environ.get("MATMUL_AUTOTUNE") == "1":
-                variants["inductor max-autotune"] = (torch.compile(fn, dynamic=False, mode="max-autotune"), None)
+            autotune = os.environ.get("MATMUL_AUTOTUNE", "")
+            if autotune == "1" or name in autotune.split(","):
+                variants["inductor max-autotune"] = (
+                    torch.compile(fn, dynamic=False, mode="max-autotune-no-cudagraphs"),
+                    None,
+                )
         for mode in MODES:
             with config.override(matmul=mode):
                 variants[f"minicomp {mode}"] = (minicomp.jit(fn), mode)
+        settings = {variant: {"matmul": mode} for variant, (_, mode) in variants.items() if mode}
+        if "mlp" in name:
+            variants["minicomp template, layer by layer"] = (minicomp.jit(fn), "template")
+            settings["minicomp template, layer by layer"] = {"matmul": "template", "matmul_chain_width": 0}
+        if name.startswith(("swiglu", "lora")):
+            variants["minicomp template, siblings"] = (minicomp.jit(fn), "template")
+            settings["minicomp template, siblings"] = {"matmul": "template", "matmul_siblings": True}
         results = {}
         for variant, (compiled, mode) in variants.items():
             go = step(compiled, train)
-            with config.override(**({"matmul": mode} if mode else {})):
+            with config.override(**settings.get(variant, {})):
                 first = first_call_s(go, args)
                 out = go(*args)
                 kinds = None

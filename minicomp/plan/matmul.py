@@ -175,6 +175,8 @@ def templated(plan: Plan, fill) -> Plan:
                 steps.append(replace(step, stores=left))
             continue
         steps.append(step)
+    if config.get("matmul_siblings"):
+        _siblings(plan, steps, kernels, materialized)
     steps = _prologues(plan, steps, kernels, materialized)
     # the product is written only where something outside its kernel reads it
     for e, kernel in kernels.items():
@@ -182,7 +184,7 @@ def templated(plan: Plan, fill) -> Plan:
             kernel.stores.insert(0, e)
         else:
             materialized.discard(e)
-    inlined = {x for kernel in kernels.values() for x in kernel.prologue}
+    inlined = {x for kernel in kernels.values() for k in members(kernel) for x in k.prologue}
     strides = dict(plan.strides)
     for kernel in kernels.values():
         for name in kernel.stores:
@@ -215,17 +217,50 @@ def templated(plan: Plan, fill) -> Plan:
     return replace(plan, steps=steps, materialized=materialized, refusals=refusals, strides=strides)
 
 
+def _siblings(plan: Plan, steps: list, kernels: dict[str, MatmulKernel], materialized: set[str]) -> None:
+    """Each matmul kernel that writes nothing but its product, which only the epilogue of another
+    matmul kernel of the same output shape reads (at its own element), moved into that kernel's
+    `siblings` (out of `kernels` and memory): the other kernel computes its tile of that product
+    too, a second accumulator and K loop (SwiGLU's `silu(x @ w1) * (x @ w3)`, LoRA's
+    `x @ w + s * (x @ a) @ b`). 2-D products (mm, addmm)."""
+    import networkx as nx
+
+    graph = plan.graph
+    for e, kernel in list(kernels.items()):
+        if e not in kernels or graph[e].op_name not in ("mm", "addmm"):
+            continue
+        for store in kernel.stores:
+            before = nx.ancestors(graph.dag, store)
+            for other in [o for o in kernels if o != e and o in before]:
+                sibling = kernels[other]
+                if (
+                    sibling.stores
+                    or sibling.stage > kernel.stage
+                    or graph[other].op_name not in ("mm", "addmm")
+                    or graph[other].meta.shape != graph[e].meta.shape
+                    or other in graph.outputs
+                    or not _at_own_element(plan, store, other, _downstream_to(graph, other, store))
+                    or _read_elsewhere(plan, steps, {k: v for k, v in kernels.items() if k != e}, other)
+                ):
+                    continue
+                kernel.siblings += (kernels.pop(other),)
+                materialized.discard(other)
+
+
 def _prologues(plan: Plan, steps: list, kernels: dict[str, MatmulKernel], materialized: set[str]) -> list:
     """`steps` with each operand that only its matmul reads, written by a pointwise kernel of an
     earlier stage (a scale, a cast: `(x * s) @ w`), computed by the template as it loads it: taken
     out of that kernel's stores (the kernel dropped when nothing is left) and out of memory. The
     operand may be reached through ATen views of such a value read by nothing else (linear's
-    `t(w.to(bf16))`): those views are evaluated in the kernel too, their ATen calls dropped."""
+    `t(w.to(bf16))`): those views are evaluated in the kernel too, their ATen calls dropped.
+    An `a` operand that is all another matmul kernel writes (`_chainable`: an MLP's hidden layer)
+    is computed the same way, that kernel taken out of `kernels` into the reader's `chained`."""
     graph = plan.graph
     outputs = {o for o in graph.outputs if isinstance(o, str)} | {n for pair in graph.mutations for n in pair}
     writer = {name: step for step in steps if isinstance(step, PointwiseKernel) for name in step.stores}
     taken: set[str] = set()
     views: set[str] = set()
+    absorbed: set[str] = set()  # matmuls whose kernel a later template computes in its prologue
     for e, kernel in kernels.items():
         a, b, _ = operands(graph, e)
         inline = []
@@ -246,7 +281,15 @@ def _prologues(plan: Plan, steps: list, kernels: dict[str, MatmulKernel], materi
                 inline.append(x)
                 taken.add(base)
                 views.update(chain)
+            elif x == a and (inner := _chainable(plan, kernels, kernel, base, reader, outputs)) is not None:
+                inline.append(x)
+                kernel.chained = (inner,)
+                absorbed.add(inner.matmul)
+                taken.update({base, inner.matmul})
+                views.update(chain)
         kernel.prologue = tuple(inline)
+    for e in absorbed:
+        del kernels[e]
     materialized -= taken | views
     found = []
     for step in steps:
@@ -259,6 +302,67 @@ def _prologues(plan: Plan, steps: list, kernels: dict[str, MatmulKernel], materi
             continue
         found.append(step)
     return found
+
+
+def _chainable(
+    plan: Plan, kernels: dict[str, MatmulKernel], kernel: MatmulKernel, base: str, reader: str, outputs: set[str]
+) -> MatmulKernel | None:
+    """The matmul kernel `kernel`'s operand a can be computed inside (a *chain*: `relu(x @ w1 + b1) @
+    w2`), or None. It is the kernel of an earlier stage that writes `base` (its epilogue's one
+    store, or its product where it has none) and nothing else, read by `reader` alone. Both are
+    2-D products (mm, addmm) and the hidden width fits on chip: the inner product's columns (the
+    outer's K) at most config "matmul_chain_width". A program computes its row tile of the hidden
+    value once where the outer's columns fit that width too (one column tile holds them all);
+    wider, each column tile computes it again, taken only where that costs at most a quarter of
+    the kernel's multiply-adds (LoRA's `(x @ a) @ b` beside its sibling `x @ w`). A value a
+    backward saves, a graph output or a second reader keeps its kernel: it must be written."""
+    graph = plan.graph
+    width = config.get("matmul_chain_width")
+    inner = next((k for k in kernels.values() if k is not kernel and base in (k.stores or [k.matmul])), None)
+    if inner is None or inner.stores not in ([], [base]) or inner.stage >= kernel.stage:
+        return None
+    if base in outputs or graph.users(base) != [reader] or inner.matmul in outputs:
+        return None
+    if not {graph[inner.matmul].op_name, graph[kernel.matmul].op_name} <= {"mm", "addmm"}:
+        return None
+    if graph[inner.matmul].meta.shape[-1] > width:
+        return None
+    if _recomputed(graph, kernel, inner) * 4 > _macs_in(graph, kernel, inner):
+        return None
+    if graph[inner.matmul].meta.device != graph[kernel.matmul].meta.device:
+        return None
+    # every value from the inner product to `base` is read only on the way to `base`, and the
+    # operand (through its views) reads the product at its own element
+    between = _downstream_to(graph, inner.matmul, base)
+    if any(set(graph.users(n)) - between - {reader} for n in between | {inner.matmul} if n != base):
+        return None
+    operand = operands(graph, kernel.matmul)[0]
+    if graph[operand].meta.shape != graph[inner.matmul].meta.shape:
+        return None
+    if not _at_own_element(plan, operand, inner.matmul, _downstream_to(graph, inner.matmul, operand)):
+        return None
+    return inner
+
+
+def _recomputed(graph: Graph, kernel: MatmulKernel, inner: MatmulKernel) -> int:
+    """Multiply-adds a chain computes again: the inner kernel's once more for each column tile of
+    the outer product past the first (none within config "matmul_chain_width" columns, one tile;
+    else tiles of 128 columns)."""
+    n = graph[kernel.matmul].meta.shape[-1]
+    tiles = 1 if n <= config.get("matmul_chain_width") else -(-n // 128)
+    return (tiles - 1) * sum(macs(graph, k.matmul) for k in members(inner))
+
+
+def _macs_in(graph: Graph, kernel: MatmulKernel, inner: MatmulKernel) -> int:
+    """Multiply-adds of a chained kernel: its own, its siblings' and the inner kernel's, once."""
+    return sum(macs(graph, k.matmul) for k in members(kernel) + members(inner))
+
+
+def _downstream_to(graph: Graph, start: str, end: str) -> set[str]:
+    """The nodes on paths from `start` to `end` (with `end`, without `start`)."""
+    import networkx as nx
+
+    return (nx.descendants(graph.dag, start) & nx.ancestors(graph.dag, end)) | {end}
 
 
 def _current(refusal: Refusal, names: set[str]) -> bool:
@@ -283,16 +387,17 @@ def _filled(plan: Plan, kernel: MatmulKernel, materialized) -> MatmulKernel:
     """`kernel` with the nodes it computes (the matmul, then its epilogue's) and what it reads
     (the matmul's operands, then what the epilogue loads)."""
     graph, e = plan.graph, kernel.matmul
+    inner = {k.matmul for k in members(kernel) if k is not kernel}  # its chain's and siblings' products
     seen, stack = set(), [s for s in kernel.stores if s != e] + list(kernel.prologue)
     while stack:
         name = stack.pop()
         if name in seen or name == e:
             continue
         seen.add(name)
-        if name not in _inlined_views(plan, kernel) and _loadable(plan, {name}, kernel, materialized):
+        if name not in inner | _inlined_views(plan, kernel) and _loadable(plan, {name}, kernel, materialized):
             continue
         stack += graph[name].inputs()
-    loadable = _loadable(plan, seen, kernel, materialized)
+    loadable = _loadable(plan, seen - inner, kernel, materialized)
     computed = [n for n in graph.order if n in seen and n not in loadable]
     a, b, bias = operands(graph, e)
     read = [x for x in (a, b) if x not in kernel.prologue] + ([bias] if bias else [])
@@ -311,10 +416,37 @@ def _loadable(plan: Plan, names, kernel: Kernel, materialized) -> set[str]:
     }
 
 
+def folded(kernel: MatmulKernel) -> list[tuple[MatmulKernel, str]]:
+    """The kernels `kernel` computes too, each with how: "chained" (where it reads an operand a)
+    or "sibling" (where its epilogue reads the product)."""
+    found = []
+    for inner, how in [(k, "chained") for k in kernel.chained] + [(k, "sibling") for k in kernel.siblings]:
+        found += [(inner, how)] + folded(inner)
+    return found
+
+
+def epilogue_nodes(graph: Graph, kernel: MatmulKernel) -> list[str]:
+    """The nodes a matmul kernel computes from its product (not those of its prologue)."""
+    import networkx as nx
+
+    after = nx.descendants(graph.dag, kernel.matmul)
+    return [n for n in kernel.nodes if n in after]
+
+
+def members(kernel: MatmulKernel) -> list[MatmulKernel]:
+    """`kernel` and the kernels it computes too: those of its prologue (a chain's inner layers)
+    and its siblings, and theirs."""
+    found = [kernel]
+    for inner in kernel.chained + kernel.siblings:
+        found += members(inner)
+    return found
+
+
 def _inlined_views(plan: Plan, kernel: MatmulKernel) -> set[str]:
-    """The ATen views between a prologue operand and the value it is computed from (`_prologues`)."""
+    """The ATen views between a prologue operand and the value it is computed from (`_prologues`),
+    in the kernel and in the kernels of its chain."""
     found = set()
-    for x in kernel.prologue:
+    for x in (x for k in members(kernel) for x in k.prologue):
         while plan.kinds[x] is NodeKind.EXTERN and plan.graph[x].op_name in ops.VIEWS:
             found.add(x)
             x = plan.graph[x].inputs()[0]
@@ -379,7 +511,7 @@ def _epilogues(plan: Plan, externs: list[str]) -> dict[str, list[str]]:
         after = {e: _downstream(plan, kernel, e) for e in mine}
         for store in kernel.stores:
             reads = [e for e in mine if store in after[e]]
-            if reads and _at_own_element(plan, kernel, store, reads[-1], after[reads[-1]]):
+            if reads and _at_own_element(plan, store, reads[-1], after[reads[-1]]):
                 found[store] = reads
     return found
 
@@ -424,7 +556,7 @@ def _recombined(expr: Expr) -> Expr:
         terms, const = dict(merged.terms), merged.const
 
 
-def _at_own_element(plan: Plan, kernel: Kernel, store: str, e: str, after: set[str]) -> bool:
+def _at_own_element(plan: Plan, store: str, e: str, after: set[str]) -> bool:
     """Whether `store`, evaluated at the element of its shape that row-major order puts at the
     product's element (i, j), reads the product `e` only at (i, j), through pointwise nodes and
     reshapes of the product's size: the index rules of the lowering, run backwards from the store."""
@@ -455,9 +587,9 @@ def _at_own_element(plan: Plan, kernel: Kernel, store: str, e: str, after: set[s
         if kind is NodeKind.POINTWISE:
             for i in node.inputs():
                 stack.append((i, broadcast_index(index, graph[i].meta.shape)))
-        elif kind is NodeKind.VIEW and node.op_name in SAME_INDEX:
+        elif kind in (NodeKind.VIEW, NodeKind.EXTERN) and node.op_name in SAME_INDEX:  # (a chain's ATen views)
             stack.append((node.inputs()[0], index))
-        elif kind is NodeKind.VIEW and node.op_name in RESHAPES:
+        elif kind in (NodeKind.VIEW, NodeKind.EXTERN) and node.op_name in RESHAPES:
             source = node.inputs()[0]
             stack.append((source, reshape_index(index, node.meta.shape, graph[source].meta.shape)))
         else:
@@ -473,10 +605,16 @@ def choices(plan: Plan) -> list[str]:
     for step in plan.steps:
         if isinstance(step, MatmulKernel):
             epilogue = [n for n in step.nodes if n != step.matmul]
+            epilogue = epilogue_nodes(graph, step)
             lines.append(
                 f"{step.matmul} {_sizes(graph, step.matmul)}: Triton template {step.name} ({step.why}); "
                 f"epilogue {', '.join(epilogue) or '-'}; writes {', '.join(step.stores)}"
             )
+            text = {
+                "chained": f"chained into {step.name}: computed where it reads operand a, never written",
+                "sibling": f"a sibling in {step.name}: its own K loop at the epilogue's tile, never written",
+            }
+            lines += [f"{k.matmul} {_sizes(graph, k.matmul)}: {text[how]} ({k.why})" for k, how in folded(step)]
         elif isinstance(step, Extern) and step.node in externs:
             epilogue = any(step.node in hosts for hosts in readers.values())
             lines.append(f"{step.node} {_sizes(graph, step.node)}: {choice(graph, step.node, epilogue)[1]}")

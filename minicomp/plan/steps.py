@@ -119,11 +119,14 @@ class MatmulKernel(Kernel):
     evaluated at each tile's index in the store: its *epilogue* (plan/matmul.py), the pointwise
     values a kernel would compute from the product at the same element (bias, activation,
     residual, cast); the product itself only where something else reads it. `nodes` holds the
-    matmul first, then the epilogue's nodes; `loads` its operands, then what the epilogue reads."""
+    matmul first, then the epilogue's nodes (and a chain's inner matmuls and theirs); `loads` its
+    operands, then what the epilogue reads."""
 
     matmul: str = ""
     why: str = ""  # why the template runs it (plan/matmul.py `choice`)
     prologue: tuple[str, ...] = ()  # operands it computes as it loads them (their producers inlined), not read
+    chained: tuple[MatmulKernel, ...] = ()  # the kernel of another matmul whose store is its prologue a (a chain)
+    siblings: tuple[MatmulKernel, ...] = ()  # kernels of matmuls only its epilogue reads, computed here too
 
     @property
     def name(self) -> str:

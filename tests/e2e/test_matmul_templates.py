@@ -83,12 +83,55 @@ def test_product_also_returned_is_written_once_with_its_epilogue(device):
     assert source.count("tl.store(") == 2
 
 
-def test_two_matmuls_of_one_stage_swiglu(device):
-    """silu(x @ w1) * (x @ w3): two templates, the second's epilogue reading the first's product."""
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_two_matmuls_of_one_stage_swiglu(device, dtype):
+    """silu(x @ w1) * (x @ w3) with config matmul_siblings: one kernel, the first product a
+    sibling of the second (its own accumulator and K loop at the epilogue's tile), never written.
+    Off, two kernels: the second's epilogue reads the first's product."""
+    x = torch.randn(10, 16, device=device, dtype=dtype)
+    w1, w3 = (torch.randn(16, 24, device=device, dtype=dtype) / 4 for _ in range(2))
+    fn = lambda x, w1, w3: F.silu(x @ w1) * (x @ w3)  # noqa: E731
+    with config.override(matmul_siblings=True):
+        source = check(fn, x, w1, w3, kernels=1)
+    assert ATEN_MM not in source and "(sibling)" in source and source.count("tl.store(") == 1
+    source = check(fn, x, w1, w3, kernels=2)  # the default: off (measured slower, docs/experiments.md)
+    assert "(sibling)" not in source
+
+
+def test_a_sibling_product_read_elsewhere_is_written(device):
+    """A product also returned is written by its own kernel and read by the other's epilogue."""
     x = torch.randn(10, 16, device=device)
     w1, w3 = torch.randn(16, 24, device=device), torch.randn(16, 24, device=device)
-    source = check(lambda x, w1, w3: F.silu(x @ w1) * (x @ w3), x, w1, w3, kernels=2)
-    assert ATEN_MM not in source
+    with config.override(matmul_siblings=True):
+        source = check(lambda x, w1, w3: (lambda p: (F.silu(p) * (x @ w3), p))(x @ w1), x, w1, w3, kernels=2)
+    assert "(sibling)" not in source
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lora_is_one_kernel(device, dtype):
+    """x @ w + s * (x @ a) @ b with config matmul_siblings: one kernel. `x @ w` is a sibling of
+    `(x @ a) @ b`, and `x @ a` (rank 16) is chained into it: computed again for each column tile
+    of the output, a sixteenth of the sibling's multiply-adds a tile (plan/matmul.py
+    `_recomputed`). Off (the default), `x @ w` is a kernel of its own."""
+    x = torch.randn(70, 40, device=device, dtype=dtype)
+    w, a = torch.randn(40, 300, device=device, dtype=dtype) / 6, torch.randn(40, 16, device=device, dtype=dtype) / 6
+    b = torch.randn(16, 300, device=device, dtype=dtype) / 4
+    fn = lambda x, w, a, b: x @ w + 2.0 * ((x @ a) @ b)  # noqa: E731
+    with config.override(matmul_siblings=True):
+        source = check(fn, x, w, a, b, kernels=1)
+    assert "(chained)" in source and "(sibling)" in source and source.count("tl.store(") == 1
+    assert "(sibling)" not in check(fn, x, w, a, b, kernels=2)
+
+
+def test_a_chain_recomputed_too_often_is_not_taken(device):
+    """`relu(x @ a) @ b` with 300 output columns: each of 3 column tiles of 128 would compute
+    `x @ a` (K = 200) again, twice its work more: over a quarter of the kernel's, two kernels.
+    With K = 20 it is under: one kernel, correct on every column tile."""
+    fn = lambda x, a, b: torch.relu(x @ a) @ b  # noqa: E731
+    for k, kernels in ((200, 2), (20, 1)):
+        x, a = torch.randn(70, k, device=device), torch.randn(k, 64, device=device) / k**0.5
+        source = check(fn, x, a, torch.randn(64, 300, device=device) / 8, kernels=kernels)
+        assert ("(chained)" in source) == (kernels == 1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -208,3 +251,79 @@ def test_prologue_operand_read_elsewhere_is_written(device):
     x, w = torch.randn(20, 12, device=device), torch.randn(12, 18, device=device)
     source = check(lambda x, w: (lambda h: (h @ w, h))(x.exp()), x, w, kernels=2)
     assert "computed as it is loaded" not in source
+
+
+def _mlp(x, *layers, act=torch.relu):
+    """Linear layers with `act` between them (none after the last)."""
+    for i, (w, b) in enumerate(layers):
+        x = F.linear(x, w, b)
+        x = act(x) if i < len(layers) - 1 else x
+    return x
+
+
+def _layers(widths, dtype, device, bias=True):
+    return [
+        (
+            torch.randn(n, k, dtype=dtype, device=device) / k**0.5,
+            torch.randn(n, dtype=dtype, device=device) if bias else None,
+        )
+        for k, n in zip(widths, widths[1:])
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("widths", [(40, 48, 24), (40, 48, 33, 24)])
+def test_an_mlp_chain_is_one_kernel(device, dtype, widths):
+    """An MLP whose hidden widths fit on chip is one kernel: each layer's product is computed
+    where the next one reads its operand a (nested K loops), the hidden values never written;
+    odd sizes, 2 and 3 layers, every dtype."""
+    x = torch.randn(70, widths[0], dtype=dtype, device=device)
+    layers = _layers(widths, dtype, device)
+    source = check(lambda x, *p: _mlp(x, *zip(p[::2], p[1::2])), x, *[t for pair in layers for t in pair], kernels=1)
+    assert source.count("tl.store(") == 1 and source.count("(chained)") == len(widths) - 2
+    assert source.count("tl.dot(") == len(widths) - 1
+
+
+def test_a_chain_through_three_dim_linears_and_gelu(device):
+    """nn.Linear on [B, S, K] (its views of the hidden value), GELU between, no biases."""
+    x = torch.randn(3, 11, 20, device=device)
+    layers = _layers((20, 36, 16), torch.float32, device, bias=False)
+    fn = lambda x, w1, w2: _mlp(x, (w1, None), (w2, None), act=F.gelu)  # noqa: E731
+    source = check(fn, x, layers[0][0], layers[1][0], kernels=1)
+    assert "(chained)" in source
+
+
+def test_a_hidden_value_read_elsewhere_keeps_its_kernel(device):
+    """A hidden value the caller also gets back (or a backward saves) is written: two kernels."""
+    x = torch.randn(30, 20, device=device)
+    (w1, b1), (w2, b2) = _layers((20, 32, 16), torch.float32, device)
+
+    def fn(x, w1, b1, w2, b2):
+        h = torch.relu(F.linear(x, w1, b1))
+        return F.linear(h, w2, b2), h
+
+    source = check(fn, x, w1, b1, w2, b2, kernels=2)
+    assert "(chained)" not in source
+
+
+def test_a_chain_wider_than_the_setting_or_transposed_is_not_chained(device):
+    x = torch.randn(30, 20, device=device)
+    (w1, b1), (w2, b2) = _layers((20, 32, 16), torch.float32, device)
+    fn = lambda x, w1, b1, w2, b2: _mlp(x, (w1, b1), (w2, b2))  # noqa: E731
+    with config.override(matmul_chain_width=24):
+        check(fn, x, w1, b1, w2, b2, kernels=2)
+    transposed = lambda x, w1, w2: torch.relu(x @ w1).t() @ w2  # [32, 30] @ [30, 16]  # noqa: E731
+    source = check(transposed, x, w1.t().contiguous(), torch.randn(30, 16, device=device), kernels=2)
+    assert "(chained)" not in source
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_chain_with_a_cast_prologue_and_gradients(device, dtype):
+    """The first layer's input cast is computed in the innermost loop; a training call (the
+    forward saves its hidden values for the backward) is not chained and still matches."""
+    x = torch.randn(50, 24, device=device)
+    layers = _layers((24, 40, 16), dtype, device)
+    fn = lambda x, w1, b1, w2, b2: _mlp(x.to(w1.dtype), (w1, b1), (w2, b2))  # noqa: E731
+    params = [t for pair in layers for t in pair]
+    check(fn, x, *params, kernels=1)
+    grads_match(fn, x.to(dtype), *params)

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import torch
-from conftest import check
+from conftest import check, kernel_count
 
 import minicomp
 from minicomp import config
@@ -59,9 +59,18 @@ def test_launch_spec_tiles_grid_and_candidates():
     assert matmul_tiles(33, 17, 45, 4, torch.device("cpu")) == ((64, 32, 64, 1, 1),)
 
 
+def _linear_relu(x, w, b):
+    return torch.relu(torch.nn.functional.linear(x, w, b))
+
+
+def _chain(x, w, b, w2):  # a 2-layer MLP: one kernel, nested K loops (plan/matmul.py `_chainable`)
+    return torch.nn.functional.linear(_linear_relu(x, w, b), w2)
+
+
 @pytest.mark.slow  # Triton compiles each tile to a cubin (LLVM and ptxas) on the CPU: ~10 s
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_kernels_compile_for_sm90(dtype, monkeypatch, tmp_path):
+@pytest.mark.parametrize("fn", [_linear_relu, _chain])
+def test_kernels_compile_for_sm90(dtype, fn, monkeypatch, tmp_path):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
 
@@ -70,8 +79,10 @@ def test_kernels_compile_for_sm90(dtype, monkeypatch, tmp_path):
     gpu = torch.device("cuda")
     monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
     x, w, b = torch.randn(96, 80, dtype=dtype), torch.randn(48, 80, dtype=dtype), torch.randn(48, dtype=dtype)
+    args = (x, w, b) + ((torch.randn(64, 48, dtype=dtype),) if fn is _chain else ())
     with config.override(matmul="template"):
-        source = minicomp.jit(lambda x, w, b: torch.relu(torch.nn.functional.linear(x, w, b))).source(x, w, b)
+        source = minicomp.jit(fn).source(*args)
+    assert kernel_count(source) == 1 and ("(chained)" in source) == (fn is _chain)
     kernel = re.search(r"^@triton\.jit\ndef (mc_\w+)\((.*?)\):.*?(?=^launch_)", source, flags=re.M | re.S)
     path = tmp_path / "kernel.py"
     path.write_text("import triton\nimport triton.language as tl\n" + kernel.group(0))
@@ -258,3 +269,35 @@ def test_every_gpu_tile_with_a_prologue_in_the_interpreter(monkeypatch):
         with _INTERPRETER_LOCK:
             launch.kernel[(launch.spec.grid(1 << i),)](*args, TILE=1 << i, num_warps=4)
         torch.testing.assert_close(out, fn(x, s, w, b), msg=f"tile {launch.spec.tiles[i]}")
+
+
+def test_every_gpu_tile_of_a_chain_in_the_interpreter(monkeypatch):
+    """A 3-layer MLP as one kernel (two levels of chained products), each GPU tile (whole
+    widths: `_chain_tiles`), odd sizes; the hidden values never leave the kernel."""
+    import minicomp.codegen.matmul as writer
+    from minicomp.runtime.launch import _INTERPRETER_LOCK
+
+    gpu = torch.device("cuda")
+    monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
+    x = torch.randn(300, 100)
+    w1, b1, w2, w3 = torch.randn(72, 100) / 10, torch.randn(72), torch.randn(40, 72) / 8, torch.randn(24, 40) / 6
+
+    def fn(x, w1, b1, w2, w3):
+        return torch.nn.functional.linear(torch.tanh(_chain(x, w1, b1, w2)), w3)
+
+    with config.override(matmul="template"):
+        compiled = minicomp.jit(fn).compiled(x, w1, b1, w2, w3)
+    [call] = compiled.kernels
+    launch = compiled.launch(call)
+    assert compiled.source.count("(chained)") == 2
+    assert {(t[1], t[2]) for t in launch.spec.tiles} == {(32, 64)}  # whole widths: N 24 -> 32, K 40 -> 64
+    values = {"x": x, "w1": w1, "b1": b1, "w2": w2, "w3": w3}
+    views = [n for n in call.buffers if n not in values and n not in call.writes]
+    assert len(views) == 3  # the weights' transposing views (ATen permutes, read at their strides)
+    values.update({n: values[compiled.graph[n].args[0].name].t() for n in views})
+    for i in range(len(launch.spec.tiles)):
+        out = torch.full((300, 24), float("nan"))
+        args = call.arguments({**values, call.writes[0]: out})
+        with _INTERPRETER_LOCK:
+            launch.kernel[(launch.spec.grid(1 << i),)](*args, TILE=1 << i, num_warps=4)
+        torch.testing.assert_close(out, fn(x, w1, b1, w2, w3), msg=f"tile {launch.spec.tiles[i]}", atol=1e-4, rtol=1e-4)
