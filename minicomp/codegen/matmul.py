@@ -17,6 +17,10 @@ first, as cuBLAS adds it). Each store (the product where something else reads it
 epilogue's values) is evaluated at the element row-major order puts at the tile's element
 (plan/matmul.py checked that this reads the product there) and stored at its own strides.
 
+A chained operand (plan/matmul.py `_chainable`) or a sibling product (`_siblings`) is computed by
+its own K loop at the tile that reads it (`product_loop`): a chain's at the operand's [BLOCK_M,
+BLOCK_K] tile inside the K loop (nested to any depth), a sibling's at the epilogue's tile.
+
 The kernel is written for each of the launch's tile shapes (`runtime/launch_spec.py`
 `matmul_tiles`, at most 5): `TILE` picks one, chosen on a GPU by timing them on the first call
 (tuning.py) and remembered in the tuning cache. Template: matmul.py.j2.

@@ -22,7 +22,11 @@ reads the earlier one's product from memory (SwiGLU's silu(x @ w1) * (x @ w3)).
 
 An operand only its matmul reads, written by a pointwise kernel of an earlier stage (`(x * s) @
 w`, a weight cast, through ATen views read by nothing else) is the matmul's prologue: computed in
-the template's K loop as it is loaded, never written (`_prologues`).
+the template's K loop as it is loaded, never written (`_prologues`). An operand a that is all
+another template writes (an MLP's hidden layer) is a *chain*: that template's product and
+epilogue computed in the prologue too, its kernel gone (`_chainable`). A product only another
+template's epilogue reads may be its *sibling*, a second accumulator in that kernel
+(`_siblings`; config "matmul_siblings", off: measured slower).
 
 The setting (config "matmul", MINICOMP_MATMUL): "library" (default) keeps every matmul an ATen call;
 "template" makes every matmul the template can run one (the CPU tests: Triton's interpreter
