@@ -25,6 +25,7 @@ from minicomp.lowering import ops
 from minicomp.lowering.indexing import Dyn, Expr, IterationSpace, size
 from minicomp.lowering.ops.core import broadcast_index
 from minicomp.lowering.ops.scatters import scatter_of
+from minicomp.lowering.ops.views import bounds
 from minicomp.plan.fusion import Plan
 from minicomp.plan.steps import ScatterKernel
 from minicomp.runtime.launch_spec import ScatterLaunch
@@ -131,8 +132,8 @@ class ScatterWriter(KernelWriter):
         lo, hi = _clamped(self.graph, tensor)
         if not (low <= lo and hi < extent):  # (an embedding's gradient clamps its indexes: no check)
             op.check(
-                f"({raw.code} >= {low}) & ({raw.code} < {extent})",
-                f"index out of bounds for dimension {d} with size {extent} ({self.scatter.op})",
+                bounds(raw.code, extent, self.scatter.wraps),
+                f"index out of bounds for dimension {d} ({self.scatter.op})",
                 cuda=True,
             )
         code = raw.code

@@ -136,3 +136,24 @@ def test_runtime_sizes_are_not_specialized(device):
 def test_records_of_an_unspecialized_argument_key_its_type_alone():
     assert records.specializations([17, 32], frozenset({0})) == records.specializations([48, 32], frozenset({0}))
     assert records.specializations([17, 32]) != records.specializations([48, 32])
+
+
+@pytest.mark.parametrize("negative", [False, True])
+def test_a_bounds_check_joins_the_family(negative, device):
+    """An index read from data is checked against its dim's size (lowering/ops/views.py
+    `bounds`): that size is a marked size too, and the message names none, so a new length
+    reuses the family's text (transformers' causal mask read `cumsum[..., i]` and was new text
+    at every length); an index out of bounds still raises."""
+    fn = minicomp.jit(lambda x, i: x[:, i] * 2)
+    texts = []
+    for n in (9, 11, 13, 17):
+        x = torch.randn(3, n, device=device)
+        i = torch.arange(n, device=device) - (n // 2 if negative else 0)
+        torch.testing.assert_close(fn(x, i), x[:, i] * 2)
+        texts.append(kernel_text(fn.source(x, i)))
+    assert texts[1] == texts[2] == texts[3] and "s0" in texts[1][0]
+    if device.type == "cpu":  # (a CUDA assert poisons the context)
+        bad = torch.arange(13, device=device)
+        bad[5] = 13
+        with pytest.raises(IndexError, match="out of bounds for dimension 1"):
+            fn(torch.randn(3, 13, device=device), bad)

@@ -14,7 +14,7 @@ import torch
 
 from minicomp.ir import Ref, TensorMeta
 from minicomp.ir.dtypes import literal
-from minicomp.lowering.indexing import Dyn, Expr, const, contiguous_strides
+from minicomp.lowering.indexing import Dyn, Expr, const, contiguous_strides, size
 from minicomp.lowering.ops.core import (
     SPECIAL_SUPPORT,
     Condition,
@@ -253,10 +253,8 @@ def gather(op: Op) -> str:
     name, meta = _input(op)
     d = _dim(op.param("dim"), meta.ndim)
     where = op.value("index", index=op.index)
-    op.check(
-        f"({where.code} >= 0) & ({where.code} < {meta.shape[d]})",
-        f"index out of bounds for dimension {d} with size {meta.shape[d]} (gather, cross_entropy's target)",
-    )
+    what = f"dimension {d} (gather, cross_entropy's target)"
+    op.check(bounds(where.code, meta.shape[d]), f"index out of bounds for {what}")
     position = op.temp(cast(where, torch.int32 if meta.shape[d] < 2**31 else torch.int64), torch.int32)
     index = list(op.index)
     index[d] = Expr.of(Dyn(position, meta.shape[d], op.writer.is_full(op.index)))
@@ -264,19 +262,27 @@ def gather(op: Op) -> str:
     return cast(op.writer.value(name, tuple(index), op.mask + (inside,)), op.compute)
 
 
-def _at_position(op: Op, where, size: int, what: str, negative: bool = False) -> tuple[Expr, str]:
+def _at_position(op: Op, where, extent: int, what: str, negative: bool = False) -> tuple[Expr, str]:
     """(the index atom of a position read from tensor data, the lanes where it lies inside the
-    dim): `where` must lie in [0, size) ([-size, size) when `negative`, counted from the end, as
+    dim): `where` must lie in [0, extent) ([-extent, extent) when `negative`, counted from the end, as
     advanced indexing allows); outside, it raises as in eager (Op.check) and the load is masked."""
-    low = -size if negative else 0
-    op.check(f"({where.code} >= {low}) & ({where.code} < {size})", f"index out of bounds for {what} with size {size}")
-    wide = torch.int32 if size < 2**31 else torch.int64
+    op.check(bounds(where.code, extent, negative), f"index out of bounds for {what}")
+    wide = torch.int32 if extent < 2**31 else torch.int64
     code = cast(where, wide)
     if negative:
-        code = f"tl.where({code} < 0, {code} + {size}, {code})"
+        code = f"tl.where({code} < 0, {code} + {size(extent)}, {code})"
     position = op.temp(code, wide)
-    inside = op.temp(f"({position} >= 0) & ({position} < {size})", torch.bool)
-    return Expr.of(Dyn(position, size, op.writer.is_full(op.index))), inside
+    inside = op.temp(bounds(position, extent), torch.bool)
+    return Expr.of(Dyn(position, extent, op.writer.is_full(op.index))), inside
+
+
+def bounds(code: str, extent: int, negative: bool = False) -> str:
+    """`code` lies in [0, extent) ([-extent, extent) when `negative`), the extent written as a
+    marked size: a kernel family makes it a runtime size like the index's (codegen/families.py),
+    so a check does not make each new length new Triton text. (Its error message names no size
+    for the same reason.)"""
+    low = f"-{size(extent)}" if negative else "0"
+    return f"({code} >= {low}) & ({code} < {size(extent)})"
 
 
 @indexed("embedding")
@@ -361,8 +367,8 @@ def scatter(op: Op) -> str:
     at = op.index[:d] + (const(0),) + op.index[d + 1 :]  # where index (and src) are read
     where = op.writer.value(op.args["index"].name, at, op.mask + inside)
     op.check(
-        f"({where.code} >= 0) & ({where.code} < {meta.shape[d]})",
-        f"index out of bounds for dimension {d} with size {meta.shape[d]} (scatter, one_hot)",
+        bounds(where.code, meta.shape[d]),
+        f"index out of bounds for dimension {d} (scatter, one_hot)",
         index=at,
         mask=op.mask + inside,
     )

@@ -139,7 +139,7 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out_ptr, n_rows, 
     ne_1 = target != -100  # aten.ne.Scalar
     scalar_tensor = tl.full([XBLOCK, 1], 0, tl.int64)  # aten.scalar_tensor.default
     where = tl.where(ne_1, target, scalar_tensor)  # aten.where.self
-    gather_check = tl.device_assert((where >= 0) & (where < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (gather, cross_entropy's target)", mask=xmask)
+    gather_check = tl.device_assert((where >= 0) & (where < 9000), "minicomp check: index out of bounds for dimension 1 (gather, cross_entropy's target)", mask=xmask)
     gather_tmp = where.to(tl.int32)
     gather_tmp_1 = (gather_tmp >= 0) & (gather_tmp < 9000)
     logits_1 = tl.load(logits_ptr + (9000*x0 + gather_tmp), mask=xmask & gather_tmp_1, other=0)

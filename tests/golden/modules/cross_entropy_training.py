@@ -138,7 +138,7 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out0_ptr, out1_pt
     ne = target != -100  # aten.ne.Scalar
     scalar_tensor = tl.full([XBLOCK, 1], 0, tl.int64)  # aten.scalar_tensor.default
     where = tl.where(ne, target, scalar_tensor)  # aten.where.self
-    gather_check = tl.device_assert((where >= 0) & (where < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (gather, cross_entropy's target)", mask=xmask)
+    gather_check = tl.device_assert((where >= 0) & (where < 9000), "minicomp check: index out of bounds for dimension 1 (gather, cross_entropy's target)", mask=xmask)
     gather_tmp = where.to(tl.int32)
     gather_tmp_1 = (gather_tmp >= 0) & (gather_tmp < 9000)
     logits_1 = tl.load(logits_ptr + (9000*x0 + gather_tmp), mask=xmask & gather_tmp_1, other=0)
@@ -331,7 +331,7 @@ def mc_fused_div_unsqueeze_ne_scalar_tensor_where_sub_0(primals_2_ptr, tangents_
     ne_3 = primals_2 != -100  # aten.ne.Scalar
     scalar_tensor = tl.full([XBLOCK, 1], 0, tl.int64)  # aten.scalar_tensor.default
     where_2 = tl.where(ne_3, primals_2, scalar_tensor)  # aten.where.self
-    scatter_check = tl.device_assert((where_2 >= 0) & (where_2 < 9000), "minicomp check: index out of bounds for dimension 1 with size 9000 (scatter, one_hot)", mask=xmask)
+    scatter_check = tl.device_assert((where_2 >= 0) & (where_2 < 9000), "minicomp check: index out of bounds for dimension 1 (scatter, one_hot)", mask=xmask)
     tangents_1 = tl.broadcast_to(tl.load(tangents_1_ptr + 0), [XBLOCK, 1])
     _to_copy = tl.broadcast_to(tl.load(_to_copy_ptr + 0), [XBLOCK, 1])
     div_1 = tangents_1 / _to_copy  # aten.div.Tensor
