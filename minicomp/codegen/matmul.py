@@ -282,6 +282,7 @@ class OperandWriter(KernelWriter):
         self.pointers, self.used = pointers, used
         self.result = result or role
         self.chained = {k.matmul: k for k in chained}
+        self.siblings = {s.matmul: s for k in chained for s in k.siblings}  # what a chained epilogue reads
         self.dot = dot  # (tl.dot's precision argument, the interpreter's upcast of 16-bit operands)
         self.rank = len(plan.graph[name].meta.shape)
 
@@ -308,18 +309,23 @@ class OperandWriter(KernelWriter):
         )
 
     def _evaluate(self, name: str, index, mask) -> ops.Value:
-        if name in self.chained:
+        if name in self.chained or name in self.siblings:
             root = tuple(self.space.var(d) for d in range(self.rank))
             if not planning.at_product(index, root) or mask:
                 raise NotImplementedError(f"{name} is read at {index}, not at the chained tile's element {root}")
-            return self._chained_product(self.chained[name], root)
+            inner = self.chained.get(name) or self.siblings[name]
+            return self._chained_product(
+                inner, root, "" if name in self.chained else f"s{list(self.siblings).index(name)}"
+            )
         return super()._evaluate(name, index, mask)
 
-    def _chained_product(self, inner: MatmulKernel, root) -> ops.Value:
-        """The inner matmul's product at this tile (`product_loop`; b's columns wrapped at its width:
-        in bounds, and the columns past it are zeroed where the operand is)."""
+    def _chained_product(self, inner: MatmulKernel, root, tag: str = "") -> ops.Value:
+        """The inner matmul's product (or a sibling its epilogue reads: `tag` names its loop) at
+        this tile (`product_loop`; b's columns wrapped at its width: in bounds, and the columns past
+        it are zeroed where the operand is)."""
         step = loop_step(self.graph, inner)
-        acc, lines = product_loop(self, inner, self.place.blocks, self.place.rows, self.place.cols, step, self.role)
+        place = self.place
+        acc, lines = product_loop(self, inner, place.blocks, place.rows, place.cols, step, self.role + tag)
         self.lines += lines
         return product_value(self, inner.matmul, acc, root)
 

@@ -608,7 +608,6 @@ def choices(plan: Plan) -> list[str]:
     readers = _epilogues(plan, externs) if externs else {}
     for step in plan.steps:
         if isinstance(step, MatmulKernel):
-            epilogue = [n for n in step.nodes if n != step.matmul]
             epilogue = epilogue_nodes(graph, step)
             lines.append(
                 f"{step.matmul} {_sizes(graph, step.matmul)}: Triton template {step.name} ({step.why}); "

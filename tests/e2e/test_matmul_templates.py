@@ -327,3 +327,18 @@ def test_a_chain_with_a_cast_prologue_and_gradients(device, dtype):
     params = [t for pair in layers for t in pair]
     check(fn, x, *params, kernels=1)
     grads_match(fn, x.to(dtype), *params)
+
+
+def test_a_chain_whose_hidden_layer_has_a_sibling(device):
+    """A SwiGLU MLP of small widths with config matmul_siblings: `silu(x @ w1) * (x @ w3)` is the
+    chained operand of `@ w2`, and `x @ w1` a sibling inside the chain: one kernel."""
+    x = torch.randn(40, 24, device=device)
+    w1, w3, w2 = (
+        torch.randn(24, 32, device=device) / 5,
+        torch.randn(24, 32, device=device) / 5,
+        torch.randn(32, 20, device=device) / 6,
+    )
+    fn = lambda x, w1, w3, w2: (F.silu(x @ w1) * (x @ w3)) @ w2  # noqa: E731
+    with config.override(matmul_siblings=True):
+        source = check(fn, x, w1, w3, w2, kernels=1)
+    assert "(chained)" in source and "(sibling)" in source
