@@ -35,7 +35,7 @@ matmul with an epilogue to fuse (of sizes >= 16, between config "matmul_min_macs
 "matmul_max_macs" multiply-adds: a smaller one is not worth a compile of its tiles) where
 timing it against cuBLAS + an epilogue kernel on this GPU says it is faster
 (runtime/matmul_choice.py, remembered in the tuning cache: a warm process measures nothing); a
-matmul without an epilogue stays with cuBLAS. float32 uses TF32 where
+matmul without an epilogue stays with cuBLAS, unless it would end a chain (`_chain_ends`). float32 uses TF32 where
 `torch.backends.cuda.matmul.allow_tf32` allows it (read when the graph compiles, as Inductor does).
 """
 
@@ -158,6 +158,8 @@ def templated(plan: Plan, fill) -> Plan:
         ok, why = choice(graph, e, any(e in hosts for hosts in readers.values()))
         if ok:
             chosen[e] = why
+    if setting == "auto":
+        chosen |= _chain_ends(plan, externs, readers, chosen)
     if not chosen:
         return plan
     host = {}  # epilogue store -> the matmul whose kernel computes it
@@ -219,6 +221,31 @@ def templated(plan: Plan, fill) -> Plan:
         if a is not None and plan.kinds[a].fusible and a not in inlined
     ]
     return replace(plan, steps=steps, materialized=materialized, refusals=refusals, strides=strides)
+
+
+def _chain_ends(plan: Plan, externs: list[str], readers: dict, chosen: dict[str, str]) -> dict[str, str]:
+    """In "auto": the matmuls not chosen (no epilogue: an MLP's last layer) whose operand a is the
+    epilogue of a chosen template, read by them alone, both widths within config
+    "matmul_chain_width": taken too, untimed, so that `_prologues` chains them into one kernel
+    (docs/experiments.md: such a chain took 0.62-0.68x the GPU time of a template a layer, itself
+    about half of cuBLAS + epilogue's)."""
+    graph, width, found = plan.graph, config.get("matmul_chain_width"), {}
+    for e in externs:
+        if e in chosen or graph[e].op_name not in ("mm", "addmm") or refusal(graph, e) is not None:
+            continue
+        base, reader = operands(graph, e)[0], e
+        while graph[base].op_name in ops.VIEWS and graph.users(base) == [reader]:
+            base, reader = graph[base].inputs()[0], base
+        inner = (readers.get(base) or [None])[-1]
+        if (
+            inner in chosen
+            and graph.users(base) == [reader]
+            and graph[inner].op_name in ("mm", "addmm")
+            and graph[inner].meta.device.type == "cuda"
+            and max(graph[inner].meta.shape[-1], graph[e].meta.shape[-1]) <= width
+        ):
+            found[e] = f"auto: chained to {inner} (widths <= {width}: one kernel)"
+    return found
 
 
 def _siblings(plan: Plan, steps: list, kernels: dict[str, MatmulKernel], materialized: set[str]) -> None:

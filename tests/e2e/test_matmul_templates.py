@@ -342,3 +342,19 @@ def test_a_chain_whose_hidden_layer_has_a_sibling(device):
     with config.override(matmul_siblings=True):
         source = check(fn, x, w1, w3, w2, kernels=1)
     assert "(chained)" in source and "(sibling)" in source
+
+
+@pytest.mark.gpu
+def test_auto_chains_an_mlps_last_layer_on_cuda(monkeypatch):
+    """MINICOMP_MATMUL=auto on CUDA, the timing stubbed to take the template: the last layer (no
+    epilogue) joins the chain (plan/matmul.py `_chain_ends`), one kernel, as eager computes."""
+    from minicomp.runtime import matmul_choice
+
+    monkeypatch.setattr(matmul_choice, "template_pays", lambda *a: (True, "template: timed"))
+    x = torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)
+    layers = _layers((64, 64, 32), torch.bfloat16, torch.device("cuda"))
+    with config.override(matmul="auto", matmul_min_macs=0):
+        source = check(
+            lambda x, *p: _mlp(x, *zip(p[::2], p[1::2])), x, *[t for pair in layers for t in pair], kernels=1
+        )
+    assert "(chained)" in source and "auto: chained to" in source

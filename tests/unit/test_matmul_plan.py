@@ -301,3 +301,29 @@ def test_every_gpu_tile_of_a_chain_in_the_interpreter(monkeypatch):
         with _INTERPRETER_LOCK:
             launch.kernel[(launch.spec.grid(1 << i),)](*args, TILE=1 << i, num_warps=4)
         torch.testing.assert_close(out, fn(x, w1, b1, w2, w3), msg=f"tile {launch.spec.tiles[i]}", atol=1e-4, rtol=1e-4)
+
+
+def test_auto_takes_an_mlps_last_layer_into_its_chain(monkeypatch):
+    """In "auto" on CUDA (metas moved there), the last layer of an MLP has no epilogue, so timing
+    would keep it with cuBLAS; its operand a is a chosen template's epilogue within the chain
+    width, so it is taken too, and the plan chains both into one kernel."""
+    from dataclasses import replace
+
+    from minicomp.plan import matmul as planning
+    from minicomp.runtime import matmul_choice
+
+    monkeypatch.setattr(matmul_choice, "template_pays", lambda *a: (True, "template: timed"))
+    x, w1, b1, w2 = torch.randn(64, 32), torch.randn(48, 32), torch.randn(48), torch.randn(16, 48)
+    compiled = minicomp.jit(_chain).compiled(x, w1, b1, w2)
+    plan, graph = compiled.plan, compiled.graph
+    for name in graph.order:
+        graph[name].meta = replace(graph[name].meta, device=torch.device("cuda", 0))
+    externs = [n for n in graph.order if graph[n].op_name in planning.MATMULS]
+    readers = planning._epilogues(plan, externs)
+    with config.override(matmul="auto", matmul_min_macs=0):
+        chosen = {e: "timed" for e in externs if planning.choice(graph, e, any(e in h for h in readers.values()))[0]}
+        assert len(chosen) == 1  # the first layer (its ReLU); the last has no epilogue
+        ends = planning._chain_ends(plan, externs, readers, chosen)
+        assert list(ends) == [e for e in externs if e not in chosen] and "chained to" in next(iter(ends.values()))
+        with config.override(matmul_chain_width=32):
+            assert planning._chain_ends(plan, externs, readers, chosen) == {}
