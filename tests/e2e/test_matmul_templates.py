@@ -358,3 +358,12 @@ def test_auto_chains_an_mlps_last_layer_on_cuda(monkeypatch):
             lambda x, *p: _mlp(x, *zip(p[::2], p[1::2])), x, *[t for pair in layers for t in pair], kernels=1
         )
     assert "(chained)" in source and "auto: chained to" in source
+
+
+def test_explain_lists_each_folded_matmul():
+    """`explain`'s matmul section names the chained layers and where they went."""
+    x = torch.randn(30, 20)
+    (w1, b1), (w2, b2) = _layers((20, 32, 16), torch.float32, torch.device("cpu"))
+    text = str(minicomp.explain(minicomp.jit(lambda x, w1, b1, w2, b2: _mlp(x, (w1, b1), (w2, b2))), x, w1, b1, w2, b2))
+    section = text.split("==== matmuls ====")[1].split("====")[0]
+    assert "Triton template mc_" in section and "chained into mc_" in section and "never written" in section
