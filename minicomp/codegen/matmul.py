@@ -17,8 +17,8 @@ first, as cuBLAS adds it). Each store (the product where something else reads it
 epilogue's values) is evaluated at the element row-major order puts at the tile's element
 (plan/matmul.py checked that this reads the product there) and stored at its own strides.
 
-A chained operand (plan/matmul.py `_chainable`) or a sibling product (`_siblings`) is computed by
-its own K loop at the tile that reads it (`product_loop`): a chain's at the operand's [BLOCK_M,
+A chained operand or a sibling product (plan/matmul_folding.py) is computed by its own K loop
+at the tile that reads it (codegen/matmul_operands.py `product_loop`): a chain's at the operand's [BLOCK_M,
 BLOCK_K] tile inside the K loop (nested to any depth), a sibling's at the epilogue's tile.
 
 The kernel is written for each of the launch's tile shapes (`runtime/launch_spec.py`
@@ -33,14 +33,21 @@ from typing import ClassVar
 
 import torch
 
-from minicomp import config
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
+from minicomp.codegen.matmul_operands import (
+    RESERVED,
+    OperandWriter,
+    loop_step,
+    product_loop,
+    product_value,
+    varies_with,
+)
+from minicomp.codegen.matmul_tiles import chain_tiles, fitting, folded_bytes
 from minicomp.ir import dtypes
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Expr, IterationSpace, Var, resolve_sizes
-from minicomp.lowering.ops.core import broadcast_index
+from minicomp.lowering.indexing import Expr, IterationSpace, Var
 from minicomp.lowering.ops.views import reshape_index
-from minicomp.plan import matmul as planning
+from minicomp.plan import matmul_reads as planning
 from minicomp.plan.fusion import Plan
 from minicomp.plan.steps import MatmulKernel
 from minicomp.runtime.launch_spec import MatmulLaunch, Tile, matmul_tiles
@@ -80,11 +87,7 @@ def write(plan: Plan, kernel: MatmulKernel) -> MatmulSource:
 class MatmulWriter(KernelWriter):
     tile = "[BLOCK_M, BLOCK_N]"
     root_mask = "mask"
-    reserved = (
-        "pid", "pid_b", "pid_m", "pid_n", "tiles_m", "tiles_n", "group_size", "first_m", "group_m",
-        "rm", "rn", "rk", "ram", "rbn", "a_ptrs", "b_ptrs", "acc", "a", "b", "k", "mask", "mmask", "nmask",
-        "BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "TILE",
-    )  # fmt: skip
+    reserved = RESERVED
 
     def __init__(self, plan: Plan, kernel: MatmulKernel):
         self.product = plan.graph[kernel.matmul]
@@ -101,7 +104,7 @@ class MatmulWriter(KernelWriter):
         """A load that varies along one axis of the tile only (a bias: its columns) is a row or a
         column of it, masked by that axis alone: [1, BLOCK_N] loads, not BLOCK_M copies of them."""
         rank = len(self.kernel.shape)
-        rows, cols = (any(_uses(e, d) for e in index) for d in (rank - 2, rank - 1))
+        rows, cols = (any(varies_with(e, d) for e in index) for d in (rank - 2, rank - 1))
         base = "nmask" if cols and not rows else "mmask" if rows and not cols else "mask"
         return " & ".join((base,) + mask)
 
@@ -169,8 +172,8 @@ class MatmulWriter(KernelWriter):
         wide = needs_wide_index(graph, meta.numel, args)
         tiles = matmul_tiles(m, n, k, meta.dtype.itemsize, meta.device)
         if self.kernel.chained:
-            tiles = _chain_tiles(tiles, n, k)
-        tiles = _fitting(tiles, loaded, set(writers), meta.dtype.itemsize, _folded_bytes(graph, self.kernel))
+            tiles = chain_tiles(tiles, n, k)
+        tiles = fitting(tiles, loaded, set(writers), meta.dtype.itemsize, folded_bytes(graph, self.kernel))
         return MatmulSource(
             kernel=self.kernel,
             name=self.kernel.name,
@@ -218,295 +221,6 @@ class MatmulWriter(KernelWriter):
             f"accumulated in float32 ({kern.why})",
             f"  reads {', '.join(kern.loads)}; writes {', '.join(kern.stores)}",
         ]
-
-
-@dataclass(frozen=True)
-class OperandTile:
-    """Where an operand is evaluated: its tile's blocks (rows, columns), the 1-D indexes of its rows
-    and of its columns (Triton source), and which of the two runs along K (masked at K, zero past
-    it)."""
-
-    blocks: tuple[str, str]  # ("BLOCK_M", "BLOCK_K")
-    rows: str  # "ram"
-    cols: str  # "(k + rk)"
-    k_axis: int  # 0: the rows run along K (an operand b), 1: the columns (an operand a)
-
-    @property
-    def shape(self) -> str:
-        return f"[{self.blocks[0]}, {self.blocks[1]}]"
-
-    @staticmethod
-    def of_role(role: str) -> OperandTile:
-        """The template's own operand tiles: a's [BLOCK_M, BLOCK_K], b's [BLOCK_K, BLOCK_N] (rows
-        and columns past M and N wrapped, as its loads are)."""
-        if role == "a":
-            return OperandTile(("BLOCK_M", "BLOCK_K"), "ram", "(k + rk)", 1)
-        return OperandTile(("BLOCK_K", "BLOCK_N"), "(k + rk)", "rbn", 0)
-
-
-class OperandWriter(KernelWriter):
-    """The lines that compute an operand inside a K loop (a prologue): the operand evaluated
-    through the lowering rules at the step's tile (`OperandTile`: `[BLOCK_M, BLOCK_K]` of a or
-    `[BLOCK_K, BLOCK_N]` of b; rows wrapped as the template's loads are, K's tail masked and
-    zero, as a load past K is), rounded to the operand's dtype as the tensor eager multiplies
-    holds it, into the variable `result`. Its names end in `_<role>` (its index variables
-    `i<role>0`, ...), apart from the epilogue's and the other operand's; its buffers are the
-    kernel's parameters (`pointers`, shared) and its names are taken from one set (`used`).
-
-    An operand that is a chain's hidden value (plan/matmul.py `_chainable`: `relu(x @ w1 + b1)`)
-    reaches the inner matmul's product: its lines are that product's own K loop at this tile
-    (`_chained_product`: the inner operands written by writers of roles `<role>a` and `<role>b`),
-    then the inner epilogue as any pointwise value."""
-
-    reserved = MatmulWriter.reserved
-
-    def __init__(
-        self,
-        plan: Plan,
-        kernel: MatmulKernel,
-        name: str,
-        role: str,
-        pointers: dict[str, str],
-        *,
-        used: set[str],
-        place: OperandTile | None = None,
-        result: str | None = None,
-        chained: tuple[MatmulKernel, ...] = (),
-        dot: tuple[str, str] = ("", ""),
-    ):
-        self.operand, self.role = name, role
-        self.place = place or OperandTile.of_role(role)
-        self.tile = self.place.shape
-        self.root_mask = f"kmask_{role}"
-        super().__init__(plan, kernel, IterationSpace(plan.graph[name].meta.shape))
-        self.pointers, self.used = pointers, used
-        self.result = result or role
-        self.chained = {k.matmul: k for k in chained}
-        self.siblings = {s.matmul: s for k in chained for s in k.siblings}  # what a chained epilogue reads
-        self.dot = dot  # (tl.dot's precision argument, the interpreter's upcast of 16-bit operands)
-        self.rank = len(plan.graph[name].meta.shape)
-
-    def fresh(self, hint: str) -> str:
-        return super().fresh(f"{hint}_{self.role}")
-
-    def atom_name(self, atom) -> str:
-        if isinstance(atom, Var):
-            self.vars.add(atom)
-            return f"i{self.role}{atom.dim}"
-        return super().atom_name(atom)
-
-    def address(self, expr: Expr) -> str:
-        return expr.render(self.atom_name)
-
-    def tile_bytes(self) -> int:
-        """Bytes each element of the operand's tile loads: the itemsizes of the buffers loaded at
-        both of the tile's axes (a weight cast from float32: 4; a row like a scale's: none)."""
-        dims = (self.rank - 2, self.rank - 1)
-        return sum(
-            self.graph[name].meta.dtype.itemsize
-            for name, offsets in self.load_offsets.items()
-            if any(o is not None and all(_uses(o, d) for d in dims) for o in offsets)
-        )
-
-    def _evaluate(self, name: str, index, mask) -> ops.Value:
-        if name in self.chained or name in self.siblings:
-            root = tuple(self.space.var(d) for d in range(self.rank))
-            if not planning.at_product(index, root) or mask:
-                raise NotImplementedError(f"{name} is read at {index}, not at the chained tile's element {root}")
-            inner = self.chained.get(name) or self.siblings[name]
-            return self._chained_product(
-                inner, root, "" if name in self.chained else f"s{list(self.siblings).index(name)}"
-            )
-        return super()._evaluate(name, index, mask)
-
-    def _chained_product(self, inner: MatmulKernel, root, tag: str = "") -> ops.Value:
-        """The inner matmul's product (or a sibling its epilogue reads: `tag` names its loop) at
-        this tile (`product_loop`; b's columns wrapped at its width: in bounds, and the columns past
-        it are zeroed where the operand is)."""
-        step = loop_step(self.graph, inner)
-        place = self.place
-        acc, lines = product_loop(self, inner, place.blocks, place.rows, place.cols, step, self.role + tag)
-        self.lines += lines
-        return product_value(self, inner.matmul, acc, root)
-
-    def lines_for(self) -> list[str]:
-        """The prologue: index variables, the K mask, the operand's lines, then `<result> = ...`."""
-        meta = self.graph[self.operand].meta
-        root = tuple(self.space.var(d) for d in range(self.rank))
-        value = ops.cast(self.value(self.operand, root), meta.dtype)
-        place = self.place
-        rows, cols = f"{place.rows}[:, None]", f"{place.cols}[None, :]"
-        text = {self.rank - 2: rows, self.rank - 1: cols}
-        if self.rank == 3:
-            text[0] = "pid_b"
-        defs = [f"i{self.role}{v.dim} = {text[v.dim]}" for v in sorted(self.vars, key=lambda v: v.dim)]
-        along_k = cols if place.k_axis == 1 else rows
-        mask = f"{self.root_mask} = {along_k} < {meta.shape[-1] if place.k_axis == 1 else meta.shape[-2]}"
-        zero = "0" if meta.dtype in (torch.int32, torch.int64) else "0.0"
-        lines = [
-            mask,
-            *defs,
-            *self.plain_loads,
-            *self.lines,
-            f"{self.result} = tl.where({self.root_mask}, {value}, {zero})",
-        ]
-        return [resolve_sizes(line) for line in lines]  # literals (a family varies the epilogue's only)
-
-
-def loop_step(graph, inner: MatmulKernel) -> int:
-    """The K chunk of a folded product's loop (a chain's, a sibling's): its whole K (a power of
-    two) where its own operand a is chained, so each program computes that hidden value once;
-    else 64 elements (32 in float32), as the template's own tiles step."""
-    a = planning.operands(graph, inner.matmul)[0]
-    k = graph[a].meta.shape[-1]
-    whole = max(16, 1 << max(k - 1, 0).bit_length())
-    if inner.chained:
-        return whole
-    return min(whole, 32 if graph[inner.matmul].meta.dtype == torch.float32 else 64)
-
-
-def product_loop(
-    writer: KernelWriter, inner: MatmulKernel, blocks: tuple[str, str], rows: str, cols: str, step: int, role: str
-) -> tuple[str, list[str]]:
-    """(the accumulator, the lines) of matmul `inner.matmul`'s product at a tile of `blocks` whose
-    rows and columns are `rows` and `cols` (1-D index text): a K loop `k_<role>` in chunks of
-    `step`, its operands written by OperandWriters of roles `<role>a` and `<role>b` (loads, or
-    their own prologues and chains; b's columns wrapped at the product's width, so in bounds).
-    The writer's pointers, names and loads are shared; `writer.dot` is tl.dot's precision
-    argument and the interpreter's upcast."""
-    graph = writer.graph
-    a, b, _ = planning.operands(graph, inner.matmul)
-    k = graph[a].meta.shape[-1]
-    width = graph[inner.matmul].meta.shape[-1]
-    acc, kvar, rk = writer.fresh("acc"), writer.fresh("k"), writer.fresh("rk")
-    places = {
-        "a": OperandTile((blocks[0], str(step)), rows, rk, 1),
-        "b": OperandTile((str(step), blocks[1]), rk, f"({cols} % {width})", 0),
-    }
-    body = [f"{rk} = {kvar} + tl.arange(0, {step})"]
-    names = {}
-    for part, x in (("a", a), ("b", b)):
-        names[part] = writer.fresh(part)
-        operand = OperandWriter(
-            writer.plan, writer.kernel, x, role + part, writer.pointers, used=writer.used, place=places[part],
-            result=names[part], chained=inner.chained if part == "a" else (), dot=writer.dot,
-        )  # fmt: skip
-        operand.loads = writer.loads
-        body += operand.lines_for()
-    precision, upcast = writer.dot
-    body.append(f"{acc} = tl.dot({names['a']}{upcast}, {names['b']}{upcast}, {acc}{precision})")
-    lines = [
-        f"{acc} = tl.full([{blocks[0]}, {blocks[1]}], 0.0, dtype=tl.float32)  # {inner.matmul} at this tile",
-        f"for {kvar} in tl.range(0, {k}, {step}):",
-        *("    " + line for line in body),
-    ]
-    return acc, lines
-
-
-def product_value(writer: KernelWriter, e: str, acc: str, root) -> ops.Value:
-    """Matmul `e`'s product at a tile's element from its float32 accumulator `acc`: alpha times
-    it, plus beta times an addmm's bias, rounded to the product's dtype as eager's result is."""
-    graph = writer.graph
-    meta = graph[e].meta
-    alpha, beta = planning.scales(graph, e)
-    bias = planning.operands(graph, e)[2]
-    code = acc if alpha == 1 else f"{acc} * {float(alpha)!r}"
-    if bias is not None and beta != 0:
-        writer.loads.add(bias)
-        term = writer.value(bias, broadcast_index(root, graph[bias].meta.shape))
-        added = term.code if beta == 1 else f"{term.code} * {float(beta)!r}"
-        code = f"{code} + {added}"
-    if meta.dtype in dtypes.LOW_PRECISION:
-        code = f"({code}).to({dtypes.triton_dtype(meta.dtype)}).to(tl.float32)"
-    elif code == acc:
-        return ops.Value(acc, torch.float32)
-    return writer.temp(code, torch.float32, e, f"aten.{graph[e].op_name}: the product, rounded as eager's")
-
-
-SHARED_BYTES = 220 * 1024  # shared memory a tile may plan for (an H100's or H200's 227 KiB, less some)
-
-
-def _fitting(
-    tiles: tuple[Tile, ...], loaded: dict[str, int], computed: set[str], itemsize: int, folded=None
-) -> tuple[Tile, ...]:
-    """The tiles whose pipeline fits in shared memory: `stages` buffers of what each step loads
-    (`loaded`: bytes an element of a's and b's tiles reads), plus the operands a prologue computes,
-    held for tl.dot (compiled for sm_90 on the CPU, within 4% of Triton's own count), plus what the
-    loops of chained and sibling products hold (`folded(bm, bn, bk)`: `_folded_bytes`). A tile over it runs with fewer
-    stages (at least 2), else is dropped; the smallest is kept in any case."""
-    found = []
-    for bm, bn, bk, warps, stages in tiles:
-        held = ("a" in computed) * bm * bk * itemsize + ("b" in computed) * bk * bn * itemsize
-        held += folded(bm, bn, bk) if folded else 0
-        step = bm * bk * loaded["a"] + bk * bn * loaded["b"]
-        while stages > 2 and stages * step + held > SHARED_BYTES:
-            stages -= 1
-        if stages * step + held <= SHARED_BYTES:
-            found.append((bm, bn, bk, warps, stages))
-    return tuple(found) or (min(tiles, key=lambda t: t[0] * t[1] * t[2])[:4] + (2,),)
-
-
-CHAIN_TILES = ((128, 4), (64, 4), (128, 8), (256, 8), (32, 4))  # a chain's (rows, warps) candidates on a GPU
-
-
-def _chain_tiles(tiles: tuple[Tile, ...], n: int, k: int) -> tuple[Tile, ...]:
-    """A chained kernel's tiles: its K step the whole hidden width (plan/matmul.py keeps it within
-    config "matmul_chain_width"; the outer K loop runs once, so one stage), and its columns all of
-    the product's where they fit that width too, so each program computes its rows of the hidden
-    value once (a second column tile computes them again). Rows and warps from CHAIN_TILES (on
-    the H200, 3 layers of width 128: 64 rows and 4 warps fastest at 8192 rows, 128 and 4 at 65536;
-    docs/experiments.md); the interpreter's one tile as it was."""
-    whole_n, whole_k = (max(16, 1 << max(size - 1, 0).bit_length()) for size in (n, k))
-    wide = n > config.get("matmul_chain_width")
-    if len(tiles) == 1:  # Triton's interpreter (matmul_tiles' CPU tile)
-        bm, bn, _, warps, stages = tiles[0]
-        return ((bm, bn if wide else whole_n, whole_k, warps, stages),)
-    found = []
-    for bm, bn, _, warps, _ in tiles if wide else [(bm, whole_n, 0, warps, 1) for bm, warps in CHAIN_TILES]:
-        tile = (bm, bn, whole_k, warps, 1)
-        if tile not in found:
-            found.append(tile)
-    return tuple(found)
-
-
-def _folded_bytes(graph, kernel: MatmulKernel):
-    """Shared memory the loops of a kernel's folded products hold at tile (bm, bn, bk), or None
-    where it has none: the largest loop's two operand tiles, [bm, step] and [step, columns],
-    double-buffered where it steps more than once (Triton pipelines the innermost loops; loops
-    that do not overlap reuse the memory). A chain's loop computes its consumer's operand a
-    (columns: bk at the top, the consumer's own step further in); a sibling's, its host's
-    product tile (columns: bn at the top)."""
-    loops = []  # (bytes an element, buffers, step, columns)
-
-    def walk(k: MatmulKernel, product_cols, a_cols) -> None:
-        for inner, cols in [(i, a_cols) for i in k.chained] + [(s, product_cols) for s in k.siblings]:
-            step = loop_step(graph, inner)
-            a = planning.operands(graph, inner.matmul)[0]
-            buffers = 2 if graph[a].meta.shape[-1] > step else 1
-            loops.append((graph[inner.matmul].meta.dtype.itemsize, buffers, step, cols))
-            walk(inner, cols, step)
-
-    walk(kernel, "bn", "bk")
-    if not loops:
-        return None
-
-    def held(bm: int, bn: int, bk: int) -> int:
-        named = {"bn": bn, "bk": bk}
-        return max(size * buffers * step * (bm + named.get(cols, cols)) for size, buffers, step, cols in loops)
-
-    return held
-
-
-def _uses(expr: Expr, dim: int) -> bool:
-    """Whether `expr` varies with index variable `dim`."""
-
-    def has(atom) -> bool:
-        if isinstance(atom, Var):
-            return atom.dim == dim
-        inner = getattr(atom, "expr", None)
-        return inner is not None and any(has(a) for a, _ in inner.terms)
-
-    return any(has(atom) for atom, _ in expr.terms)
 
 
 def _precision(dtype: torch.dtype, device: torch.device) -> str:

@@ -112,7 +112,7 @@ def test_lora_is_one_kernel(device, dtype):
     """x @ w + s * (x @ a) @ b with config matmul_siblings: one kernel. `x @ w` is a sibling of
     `(x @ a) @ b`, and `x @ a` (rank 16) is chained into it: computed again for each column tile
     of the output, a sixteenth of the sibling's multiply-adds a tile (plan/matmul.py
-    `_recomputed`). Off (the default), `x @ w` is a kernel of its own."""
+    `matmul_folding._recomputed`). Off (the default), `x @ w` is a kernel of its own."""
     x = torch.randn(70, 40, device=device, dtype=dtype)
     w, a = torch.randn(40, 300, device=device, dtype=dtype) / 6, torch.randn(40, 16, device=device, dtype=dtype) / 6
     b = torch.randn(16, 300, device=device, dtype=dtype) / 4
@@ -347,7 +347,7 @@ def test_a_chain_whose_hidden_layer_has_a_sibling(device):
 @pytest.mark.gpu
 def test_auto_chains_an_mlps_last_layer_on_cuda(monkeypatch):
     """MINICOMP_MATMUL=auto on CUDA, the timing stubbed to take the template: the last layer (no
-    epilogue) joins the chain (plan/matmul.py `_chain_ends`), one kernel, as eager computes."""
+    epilogue) joins the chain (plan/matmul_folding.py `chain_ends`), one kernel, as eager computes."""
     from minicomp.runtime import matmul_choice
 
     monkeypatch.setattr(matmul_choice, "template_pays", lambda *a: (True, "template: timed"))

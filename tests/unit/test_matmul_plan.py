@@ -63,7 +63,7 @@ def _linear_relu(x, w, b):
     return torch.relu(torch.nn.functional.linear(x, w, b))
 
 
-def _chain(x, w, b, w2):  # a 2-layer MLP: one kernel, nested K loops (plan/matmul.py `_chainable`)
+def _chain(x, w, b, w2):  # a 2-layer MLP: one kernel, nested K loops (plan/matmul_folding.py `chainable`)
     return torch.nn.functional.linear(_linear_relu(x, w, b), w2)
 
 
@@ -238,13 +238,13 @@ def test_tiles_fit_shared_memory_with_a_prologue():
     """A prologue loading a float32 weight for a bf16 product doubles b's bytes a step: the
     128 x 256 tile keeps 2 stages (sm_90 compile: 262400 bytes of shared memory at 3, over the
     H100's 232448; 180352 at 2); tiles without a prologue are unchanged."""
-    from minicomp.codegen.matmul import _fitting
+    from minicomp.codegen.matmul_tiles import fitting
 
     tiles = matmul_tiles(4096, 4096, 4096, 2, torch.device("cuda"))
-    assert _fitting(tiles, {"a": 2, "b": 2}, set(), 2) == tiles
-    fitted = _fitting(tiles, {"a": 2, "b": 4}, {"b"}, 2)
+    assert fitting(tiles, {"a": 2, "b": 2}, set(), 2) == tiles
+    fitted = fitting(tiles, {"a": 2, "b": 4}, {"b"}, 2)
     assert fitted[1] == (128, 256, 64, 8, 2) and fitted[0] == tiles[0]
-    assert _fitting(tiles, {"a": 64, "b": 64}, {"a", "b"}, 2) == ((64, 64, 64, 4, 2),)  # none fits: the least
+    assert fitting(tiles, {"a": 64, "b": 64}, {"a", "b"}, 2) == ((64, 64, 64, 4, 2),)  # none fits: the least
 
 
 def test_every_gpu_tile_with_a_prologue_in_the_interpreter(monkeypatch):
@@ -273,7 +273,7 @@ def test_every_gpu_tile_with_a_prologue_in_the_interpreter(monkeypatch):
 
 def test_every_gpu_tile_of_a_chain_in_the_interpreter(monkeypatch):
     """A 3-layer MLP as one kernel (two levels of chained products), each GPU tile (whole
-    widths: `_chain_tiles`), odd sizes; the hidden values never leave the kernel."""
+    widths: `chain_tiles`), odd sizes; the hidden values never leave the kernel."""
     import minicomp.codegen.matmul as writer
     from minicomp.runtime.launch import _INTERPRETER_LOCK
 
@@ -310,6 +310,8 @@ def test_auto_takes_an_mlps_last_layer_into_its_chain(monkeypatch):
     from dataclasses import replace
 
     from minicomp.plan import matmul as planning
+    from minicomp.plan.matmul_folding import chain_ends
+    from minicomp.plan.matmul_reads import MATMULS, epilogues
     from minicomp.runtime import matmul_choice
 
     monkeypatch.setattr(matmul_choice, "template_pays", lambda *a: (True, "template: timed"))
@@ -318,12 +320,12 @@ def test_auto_takes_an_mlps_last_layer_into_its_chain(monkeypatch):
     plan, graph = compiled.plan, compiled.graph
     for name in graph.order:
         graph[name].meta = replace(graph[name].meta, device=torch.device("cuda", 0))
-    externs = [n for n in graph.order if graph[n].op_name in planning.MATMULS]
-    readers = planning._epilogues(plan, externs)
+    externs = [n for n in graph.order if graph[n].op_name in MATMULS]
+    readers = epilogues(plan, externs)
     with config.override(matmul="auto", matmul_min_macs=0):
         chosen = {e: "timed" for e in externs if planning.choice(graph, e, any(e in h for h in readers.values()))[0]}
         assert len(chosen) == 1  # the first layer (its ReLU); the last has no epilogue
-        ends = planning._chain_ends(plan, externs, readers, chosen)
+        ends = chain_ends(plan, externs, readers, chosen)
         assert list(ends) == [e for e in externs if e not in chosen] and "chained to" in next(iter(ends.values()))
         with config.override(matmul_chain_width=32):
-            assert planning._chain_ends(plan, externs, readers, chosen) == {}
+            assert chain_ends(plan, externs, readers, chosen) == {}
