@@ -18,7 +18,7 @@ epilogue's values) is evaluated at the element row-major order puts at the tile'
 (plan/matmul.py checked that this reads the product there) and stored at its own strides.
 
 A chained operand or a sibling product (plan/matmul_folding.py) is computed by its own K loop
-at the tile that reads it (codegen/matmul_operands.py `product_loop`): a chain's at the operand's [BLOCK_M,
+at the tile that reads it (codegen/matmul_operands.py `folded_product`): a chain's at the operand's [BLOCK_M,
 BLOCK_K] tile inside the K loop (nested to any depth), a sibling's at the epilogue's tile.
 
 The kernel is written for each of the launch's tile shapes (`runtime/launch_spec.py`
@@ -37,8 +37,7 @@ from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index
 from minicomp.codegen.matmul_operands import (
     RESERVED,
     OperandWriter,
-    loop_step,
-    product_loop,
+    folded_product,
     product_value,
     varies_with,
 )
@@ -94,6 +93,7 @@ class MatmulWriter(KernelWriter):
         super().__init__(plan, kernel, IterationSpace(self.product.meta.shape))
         self.root = tuple(self.space.var(d) for d in range(len(kernel.shape)))
         self.batched = len(kernel.shape) == 3
+        self.siblings = {k.matmul: (i, k) for i, k in enumerate(kernel.siblings)}  # computed at the tile
 
     def fresh(self, hint: str) -> str:
         """A node named like one of the template's own variables (an input `mask`, `b`) takes another
@@ -112,17 +112,13 @@ class MatmulWriter(KernelWriter):
         return expr.render(self.atom_name)  # (no flat `offsets` here: each variable is the tile's)
 
     def _evaluate(self, name: str, index, mask) -> ops.Value:
-        siblings = {k.matmul: (i, k) for i, k in enumerate(self.kernel.siblings)}
-        if name == self.kernel.matmul or name in siblings:  # plan/matmul.py: read only at the tile's element
+        if name == self.kernel.matmul or name in self.siblings:  # plan/matmul.py: read only at the tile's element
             if not planning.at_product(index, self.root) or mask:
                 raise NotImplementedError(f"{name} is read at {index}, not at its tile's element {self.root}")
             if name == self.kernel.matmul:
                 return self.memo[(name, self.root, ())]
-            i, sibling = siblings[name]
-            step = loop_step(self.graph, sibling)
-            acc, lines = product_loop(self, sibling, ("BLOCK_M", "BLOCK_N"), "ram", "rbn", step, f"s{i}")
-            self.lines += lines
-            return product_value(self, name, acc, self.root)
+            i, sibling = self.siblings[name]
+            return folded_product(self, sibling, ("BLOCK_M", "BLOCK_N"), "ram", "rbn", f"s{i}", self.root)
         return super()._evaluate(name, index, mask)
 
     def write(self) -> MatmulSource:
@@ -142,8 +138,8 @@ class MatmulWriter(KernelWriter):
                 self.pointers,
                 used=self.used,
                 chained=self.kernel.chained if role == "a" else (),
-                dot=(precision, upcast),
-            )  # fmt: skip
+                dot=self.dot,
+            )
             for role, x in (("a", a), ("b", b))
             if x in self.kernel.prologue
         }

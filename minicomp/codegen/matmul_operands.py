@@ -2,8 +2,8 @@
 
 `OperandWriter` writes an operand at a step's tile through the lowering rules: a prologue (the
 operand's pointwise producers inlined), or a chain's hidden value, whose inner product is a K
-loop of its own at that tile (`product_loop`, nested to any depth: plan/matmul_folding.py).
-`product_loop` also computes a sibling product at the epilogue's tile; `product_value` turns an
+loop of its own at that tile (`folded_product`, nested to any depth: plan/matmul_folding.py).
+`folded_product` also computes a sibling product at the epilogue's tile; `product_value` turns an
 accumulator into the product eager would hold (alpha, beta and bias, the product's rounding).
 """
 
@@ -65,7 +65,8 @@ class OperandWriter(KernelWriter):
 
     An operand that is a chain's hidden value (plan/matmul_folding.py `chainable`: `relu(x @ w1 + b1)`)
     reaches the inner matmul's product: its lines are that product's own K loop at this tile
-    (`_chained_product`: the inner operands written by writers of roles `<role>a` and `<role>b`),
+    (`folded_product`: the inner operands written by writers of roles `<role>a` and `<role>b`; b's
+    columns wrapped at its width, so in bounds, and zeroed past it where the operand is),
     then the inner epilogue as any pointwise value."""
 
     reserved = RESERVED
@@ -124,20 +125,10 @@ class OperandWriter(KernelWriter):
             if not planning.at_product(index, root) or mask:
                 raise NotImplementedError(f"{name} is read at {index}, not at the chained tile's element {root}")
             inner = self.chained.get(name) or self.siblings[name]
-            return self._chained_product(
-                inner, root, "" if name in self.chained else f"s{list(self.siblings).index(name)}"
-            )
+            tag = "" if name in self.chained else f"s{list(self.siblings).index(name)}"
+            place = self.place
+            return folded_product(self, inner, place.blocks, place.rows, place.cols, self.role + tag, root)
         return super()._evaluate(name, index, mask)
-
-    def _chained_product(self, inner: MatmulKernel, root, tag: str = "") -> ops.Value:
-        """The inner matmul's product (or a sibling its epilogue reads: `tag` names its loop) at
-        this tile (`product_loop`; b's columns wrapped at its width: in bounds, and the columns past
-        it are zeroed where the operand is)."""
-        step = loop_step(self.graph, inner)
-        place = self.place
-        acc, lines = product_loop(self, inner, place.blocks, place.rows, place.cols, step, self.role + tag)
-        self.lines += lines
-        return product_value(self, inner.matmul, acc, root)
 
     def lines_for(self) -> list[str]:
         """The prologue: index variables, the K mask, the operand's lines, then `<result> = ...`."""
@@ -175,16 +166,17 @@ def loop_step(graph, inner: MatmulKernel) -> int:
     return min(whole, 32 if graph[inner.matmul].meta.dtype == torch.float32 else 64)
 
 
-def product_loop(
-    writer: KernelWriter, inner: MatmulKernel, blocks: tuple[str, str], rows: str, cols: str, step: int, role: str
-) -> tuple[str, list[str]]:
-    """(the accumulator, the lines) of matmul `inner.matmul`'s product at a tile of `blocks` whose
-    rows and columns are `rows` and `cols` (1-D index text): a K loop `k_<role>` in chunks of
-    `step`, its operands written by OperandWriters of roles `<role>a` and `<role>b` (loads, or
-    their own prologues and chains; b's columns wrapped at the product's width, so in bounds).
-    The writer's pointers, names and loads are shared; `writer.dot` is tl.dot's precision
-    argument and the interpreter's upcast."""
+def folded_product(
+    writer: KernelWriter, inner: MatmulKernel, blocks: tuple[str, str], rows: str, cols: str, role: str, root
+) -> ops.Value:
+    """Matmul `inner.matmul`'s product at a tile of `blocks` whose rows and columns are `rows` and
+    `cols` (1-D index text), its lines added to `writer`'s: a K loop `k_<role>` in chunks of
+    `loop_step`, its operands written by OperandWriters of roles `<role>a` and `<role>b` (loads,
+    or their own prologues and chains; b's columns wrapped at the product's width, so in bounds),
+    then `product_value` at `root`. The writer's pointers, names and loads are shared;
+    `writer.dot` is tl.dot's precision argument and the interpreter's upcast."""
     graph = writer.graph
+    step = loop_step(graph, inner)
     a, b, _ = planning.operands(graph, inner.matmul)
     k = graph[a].meta.shape[-1]
     width = graph[inner.matmul].meta.shape[-1]
@@ -205,12 +197,12 @@ def product_loop(
         body += operand.lines_for()
     precision, upcast = writer.dot
     body.append(f"{acc} = tl.dot({names['a']}{upcast}, {names['b']}{upcast}, {acc}{precision})")
-    lines = [
+    writer.lines += [
         f"{acc} = tl.full([{blocks[0]}, {blocks[1]}], 0.0, dtype=tl.float32)  # {inner.matmul} at this tile",
         f"for {kvar} in tl.range(0, {k}, {step}):",
         *("    " + line for line in body),
     ]
-    return acc, lines
+    return product_value(writer, inner.matmul, acc, root)
 
 
 def product_value(writer: KernelWriter, e: str, acc: str, root) -> ops.Value:

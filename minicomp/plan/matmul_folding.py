@@ -3,7 +3,7 @@
 A *chain* (`chainable`): a template's operand a that is all another template writes (an MLP's
 hidden layer `relu(x @ w1 + b1)`) is computed where it is read: the inner kernel's product and
 epilogue in the outer kernel's prologue, nested to any depth (codegen/matmul_operands.py
-`product_loop`), the hidden value never written. A *sibling* (`fold_siblings`, config
+`folded_product`), the hidden value never written. A *sibling* (`fold_siblings`, config
 "matmul_siblings", off: measured slower, docs/experiments.md): a product only another template's
 epilogue reads, computed by that kernel too (its own accumulator and K loop). In "auto",
 `chain_ends` takes an MLP's last layer (no epilogue, so timing keeps cuBLAS) into its chain.
