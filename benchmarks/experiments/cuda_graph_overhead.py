@@ -18,13 +18,15 @@ what a caller waiting on each result sees) and, for the training step, `peak_mib
 peak over the measured steps, after warm-up, graphs recorded). `graphs_recorded` counts the graphs
 an implementation recorded in its first 3 calls, `graph_refusals` what the "cudagraphs" log channel
 said ran without one. --tiny runs eager and minicomp's graphed forms of `tiny` and the training step
-through the backend (they refuse: CPU tensors).
+through the backend (they refuse: CPU tensors). Env OVERHEAD_CASES and OVERHEAD_IMPLS (comma
+lists) choose some of the cases and implementations.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import os
 import time
 
 import torch
@@ -59,7 +61,8 @@ def _compilers(tiny: bool) -> dict:
         compilers["minicomp-dynamo"] = lambda f: torch.compile(f, backend=minicomp_backend)
         compilers["inductor"] = torch.compile
         compilers["inductor-ro"] = lambda f: torch.compile(f, mode="reduce-overhead")
-    return compilers
+    chosen = os.environ.get("OVERHEAD_IMPLS")
+    return {k: v for k, v in compilers.items() if chosen is None or k in chosen.split(",")}
 
 
 def _cases(run: harness.Run):
@@ -97,7 +100,9 @@ def _cases(run: harness.Run):
 
     if run.tiny:  # (the inference MLP adds nothing to a smoke run)
         return {"tiny": tiny, "mlp_train": mlp_train}
-    return {"tiny": tiny, "mlp_infer": mlp_infer, "mlp_train": mlp_train}
+    cases = {"tiny": tiny, "mlp_infer": mlp_infer, "mlp_train": mlp_train}
+    chosen = os.environ.get("OVERHEAD_CASES")
+    return {k: v for k, v in cases.items() if chosen is None or k in chosen.split(",")}
 
 
 class _Said(logging.Handler):

@@ -188,13 +188,14 @@ def _graphed(graphs, run, name: str, role: str, gm: torch.fx.GraphModule, forwar
     inputs are the parameters and buffers (AOTAutograd's `static_input_indices`) and any input it
     writes into (an input mutation AOTAutograd keeps in the graph), and its outputs
     past those a backward reads are handed to it uncopied; a backward's static inputs are all but
-    its tangents (saved activations, parameters)."""
+    its tangents (saved activations, parameters), and its outputs (gradients) are kept by callers
+    as a rule (graph_outputs.py)."""
     if graphs is None:
         return run
     if role == "backward":
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         static = [i for i, n in enumerate(placeholders) if not n.name.startswith("tangents")]
-        return graphs.wrap(run, name, static=static)
+        return graphs.wrap(run, name, static=static, kept=True)  # gradients: autograd accumulates into them
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None)
     fixed = set(getattr(metadata, "static_input_indices", None) or ())

@@ -298,7 +298,7 @@ class JitFunction:
             return i in written or isinstance(t, torch.nn.Parameter) or t.data_ptr() in state
 
         call = entry.call
-        graphed = self.graphs.wrap(lambda args: call(*args), self.__name__, static=static)
+        graphed = self.graphs.wrap(lambda args: call(*args), self.__name__, static=static, fixed=True)
         entry.call = lambda *args: graphed(list(args))
 
     def _persistent_key(self, key: guards.SignatureKey) -> str | None:

@@ -22,7 +22,8 @@ def jit(fn=None, *, fallback: str | None = None, cuda_graphs: bool | None = None
     "raise" (CompileError). See fallback.py.
 
     cuda_graphs: replay each CUDA signature as a CUDA graph (runtime/graphs.py; default config
-    "cuda_graphs", off): outputs come back as copies, a module's parameters and buffers are read
+    "cuda_graphs", off): outputs come back uncopied (runtime/graph_outputs.py: kept ones are moved
+    out before the graph writes there again), a module's parameters and buffers are read
     in place, other inputs copied into the graph's buffers.
     """
     if fn is None:

@@ -19,14 +19,18 @@ without the graph and the signature is recorded again on its next call (config
 writes into or a parameter that moves on every call). Every other tensor input is copied into a
 buffer the graph owns (outside the pool), only when its address is not the buffer's.
 
-Outputs. A replay overwrites the graph's outputs in place, so each call returns copies
-(`clone`, strides kept) of the outputs a capture allocated: the caller may keep them across calls
-(`out = model(x)` in a loop, .grad that autograd takes as it is). An output that is an input (or a
-view of one) comes back as it is. The exception is the saved activations of a training forward
-(its outputs past the user's): the backward's graph reads them in place, so they are handed out
-uncopied, and a replay that would overwrite ones still referenced (a forward called again before
-the previous call's backward ran: gradient accumulation over several forwards) runs that call
-without the graph instead, so every backward reads its own forward's values.
+Outputs (graph_outputs.py). A replay writes the graph's outputs into the same memory each time; each
+call hands them out uncopied, and what a caller still holds of one call's outputs when the graph is
+about to write there again (its next replay, its record dropped) moves to memory of its own first:
+the caller may keep outputs across calls (`out = model(x)` in a loop, .grad that autograd takes as
+it is) and pays a copy only then (torch < 2.12 cannot move them: a held output is marked stale,
+reading it raises, and a backward's gradients are handed out as copies). An output that is an input
+(or a view of one) comes back as an alias of the caller's tensor. The exception is the saved
+activations of a training forward (its outputs past the user's): the backward's graph reads them in
+place, so they are handed out as they are, and a replay that would overwrite ones still referenced
+(a forward called again before the previous call's backward ran: gradient accumulation over several
+forwards) runs that call without the graph instead, so every backward reads its own forward's
+values.
 
 Refusals (logged on the "cudagraphs" channel; the call runs as compiled, without a graph): a CPU
 tensor (or a second device) among the inputs, and a capture that fails, which is how a CPU sync
@@ -49,6 +53,7 @@ import threading
 import torch
 
 from minicomp import config, logs
+from minicomp.runtime.graph_outputs import OutputPlan, settle_held
 
 
 class CaptureRefused(Exception):
@@ -138,11 +143,14 @@ class Graphs:
         self.clock = itertools.count()  # a record's `used` is the clock at its last replay
         self._lock = threading.Lock()
 
-    def wrap(self, run, name: str, static=(), saved=0) -> Graphed:
+    def wrap(self, run, name: str, static=(), saved=0, fixed=False, kept=False) -> Graphed:
         """`run` (a boxed callable) graphed. `static`: indices of the inputs captured at their own
         address (or a predicate `static(index, tensor)`, asked on the first call); `saved`: how many
-        of its last outputs a backward reads (an int, or a function returning it, asked at capture)."""
-        return Graphed(self, run, name, static, saved)
+        of its last outputs a backward reads (an int, or a function returning it, asked at capture);
+        `fixed`: every call has one signature (a jit entry's key holds each tensor's shape, strides
+        and dtype), so no key is taken per call; `kept`: callers keep its outputs across calls as a
+        rule (a backward's gradients: graph_outputs.OutputPlan)."""
+        return Graphed(self, run, name, static, saved, fixed, kept)
 
     def recorded(self) -> int:
         return len(self.kept)
@@ -157,46 +165,36 @@ class Graphs:
             self.kept[(id(graphed), key)] = (graphed, graphed.records[key])
             while len(self.kept) > self.limit:  # the least recently replayed goes
                 oldest = min(self.kept, key=lambda k: self.kept[k][1].used)
-                old, _ = self.kept.pop(oldest)
+                old, record = self.kept.pop(oldest)
                 old.records.pop(oldest[1], None)
+                record.release()
                 logs.cudagraphs.info("%s: graph dropped (more than %d kept)", old.name, self.limit)
 
     def _drop(self, graphed: Graphed, key) -> None:
         with self._lock:
             self.kept.pop((id(graphed), key), None)
-            graphed.records.pop(key, None)
+            record = graphed.records.pop(key, None)
+            if record is not None:
+                record.release()
 
 
 class Record:
     """One captured signature: the graph, the buffers of the copied inputs, the addresses of the
-    static ones, the outputs it writes and what each call hands back."""
+    static ones, the outputs it writes and how each call hands them back (graph_outputs.py)."""
 
-    __slots__ = (
-        "used",
-        "graph",
-        "buffers",
-        "static_ptrs",
-        "ptrs",
-        "slots",
-        "outputs",
-        "cloned",
-        "shared",
-        "aliased",
-        "saved",
-        "base",
-    )
+    __slots__ = ("used", "graph", "buffers", "static_ptrs", "ptrs", "slots", "outputs", "plan", "handed")
+    __slots__ += ("saved", "base")
 
-    def __init__(self, graph, buffers, static_ptrs, outputs, cloned, shared, aliased, saved):
+    def __init__(self, graph, buffers, static_ptrs, outputs, plan: OutputPlan):
         self.graph = graph
         self.buffers = buffers  # [(slot, buffer, flat memory or None)] of the copied inputs
         self.static_ptrs = static_ptrs  # [(slot, data_ptr)] of the inputs captured in place
         self.slots = [i for i, _ in static_ptrs]  # ... as torch._C._tensors_data_ptrs_at_indices_equal takes them:
         self.ptrs = None  # a pointer per input, None where not static (set by Graphed: it knows the count)
         self.outputs = outputs  # the graph's outputs (its memory)
-        self.cloned = cloned  # indices of outputs copied for the caller (each its own memory, dense)
-        self.shared = shared  # [[index]]: outputs copied for the caller a memory at a time (views, offsets)
-        self.aliased = aliased  # indices of outputs that are inputs or views of them: a new alias each call
-        self.saved = saved  # [tensor]: saved activations handed out uncopied (in the pool, or a view of a buffer)
+        self.plan = plan
+        self.handed: list = []  # the storages over the pool's memory the last call handed out
+        self.saved = plan.saved  # [tensor]: saved activations handed out uncopied (in the pool, or a view of a buffer)
         self.base = None  # their reference counts while only this record holds them (set by Graphed)
         self.used = 0  # Graphs.clock at its last replay
 
@@ -212,21 +210,24 @@ class Record:
             self.base = [tuple(map(min, counts, base)) for counts, base in zip(now, self.base)]
         return False
 
-    def results(self) -> list:
-        outputs = list(self.outputs)
-        for group in self.shared:  # one copy of the memory, each output a view of it as in the graph
-            first = outputs[group[0]]
-            memory = first.untyped_storage().clone()
-            for i in group:
-                o = outputs[i]
-                outputs[i] = torch.empty(0, dtype=o.dtype, device=o.device).set_(
-                    memory, o.storage_offset(), o.shape, o.stride()
-                )
-        for i in self.cloned:
-            outputs[i] = outputs[i].clone(memory_format=torch.preserve_format)
-        for i in self.aliased:
-            outputs[i] = outputs[i].detach()
-        return outputs
+    def replay(self, inputs: list | None) -> list:
+        """Replay the graph (its inputs in place or copied already) and hand out its outputs: what a
+        caller still holds of the previous call's moves out of the graph's memory first (or is
+        marked stale: graph_outputs.py)."""
+        settle_held(self.handed)
+        self.graph.replay()
+        results, self.handed = self.plan.hand_out(self.outputs, inputs)
+        return results
+
+    def release(self) -> None:
+        """The record is dropped (its memory goes back to the pool): what callers hold of its
+        outputs moves to memory of its own (or is marked stale)."""
+        handed, self.handed = self.handed, []
+        settle_held(handed)
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # (at interpreter exit, torch may be gone)
+            self.release()
 
 
 def _references(tensors) -> list[tuple[int, int, int]]:
@@ -246,12 +247,14 @@ _same_ptrs = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # C
 class Graphed:
     """A boxed callable whose calls replay CUDA graphs (see the module docstring)."""
 
-    def __init__(self, graphs: Graphs, run, name: str, static, saved):
+    def __init__(self, graphs: Graphs, run, name: str, static, saved, fixed=False, kept=False):
         self._boxed_call = True  # AOTAutograd's mark (on the instance: functools.wraps copies __dict__)
         self.graphs, self.run, self.name = graphs, run, name
         self._static_rule = None if isinstance(static, (list, tuple, set, frozenset, range)) else static
         self.static: set[int] = set() if self._static_rule is not None else set(static)
         self._saved = saved
+        self.fixed = fixed  # one signature for every call (a jit entry's): no key per call
+        self.kept = kept
         self.dynamic: list[int] | None = None  # decided on the first call
         self.records: dict = {}
         self.warmed: set = set()
@@ -266,7 +269,7 @@ class Graphed:
             return self.run(args)
         if self.dynamic is None:
             return self._first(args)
-        key = self._key(args)
+        key = () if self.fixed else self._key(args)
         record = self.records.get(key)
         if record is None:
             if key in self.warmed:
@@ -298,7 +301,7 @@ class Graphed:
         if self._static_rule is not None:
             self.static = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and self._static_rule(i, a)}
         self.dynamic = [i for i in range(len(args)) if i not in self.static]
-        return self._warmup(args, self._key(args))
+        return self._warmup(args, () if self.fixed else self._key(args))
 
     def _warmup(self, args: list, key):
         dynamic = self.dynamic
@@ -335,20 +338,18 @@ class Graphed:
             return self.run(inputs)
         outputs = tuple(outputs)
         in_place = {_storage_ptr(inputs[i]) for i, _ in static_ptrs if inputs[i].numel()}
-        buffered = {_storage_ptr(b) for _, b, _ in buffers if b.numel()}
-        del captured, inputs
+        buffered = {_storage_ptr(b): i for i, b, _ in buffers if b.numel()}
+        del captured
         first_saved = len(outputs) - saved if 0 < saved <= len(outputs) else len(outputs)
-        cloned, shared, aliased, kept = _sorted_outputs(outputs, in_place, buffered, first_saved)
-        record = Record(graph, buffers, static_ptrs, outputs, cloned, shared, aliased, kept)
+        plan = OutputPlan(outputs, in_place, buffered, first_saved, self.kept)
+        record = Record(graph, buffers, static_ptrs, outputs, plan)
         record.ptrs = [dict(static_ptrs).get(i) for i in range(count)]
-        del kept
         record.base = _references(record.saved)
         record.used = next(self.graphs.clock)
         self.records[key] = record
         self.graphs._keep(self, key)
         logs.cudagraphs.info("%s: graph recorded (%d kept)", self.name, self.graphs.recorded())
-        record.graph.replay()
-        return record.results()
+        return record.replay(inputs)
 
     # -- a replay ---------------------------------------------------------------------------------
     def _replay(self, record: Record, args: list, key):
@@ -378,11 +379,11 @@ class Graphed:
             torch._foreach_copy_(targets, sources)  # one launch on a GPU
         elif targets:
             targets[0].copy_(sources[0])
+        inputs = list(args) if record.plan.of_inputs else None  # (outputs that view an input's buffer)
         args.clear()
         self.misses = 0
         record.used = next(self.graphs.clock)
-        record.graph.replay()
-        return record.results()
+        return record.replay(inputs)
 
     def _moved(self, args: list, key):
         """A static input at another address than captured: this call runs without the graph. A
@@ -402,47 +403,6 @@ class Graphed:
                 logs.cudagraphs.info("%s: a static input moved: recording its graph again", self.name)
                 self.warmed.add(key)  # warmed up already: the next call captures
         return self.run(args)
-
-
-def _sorted_outputs(outputs: tuple, in_place: set[int], buffered: set[int], first_saved: int):
-    """(indices copied for the caller alone, groups copied a memory at a time, indices that alias
-    an input, saved outputs handed out as they are). An output in an input's memory comes back as
-    a new alias of it; a saved one in a buffer's memory is handed out too (the next copy into the
-    buffer waits for its backward: Record.pending), as is one in the pool's memory."""
-    alone, aliased, kept, memories = [], [], [], {}
-    for i, o in enumerate(outputs):
-        if not isinstance(o, torch.Tensor):
-            continue
-        ptr = _storage_ptr(o) if o.numel() else None
-        if ptr is not None and ptr in in_place:
-            aliased.append(i)
-        elif i >= first_saved:
-            kept.append(o)
-        elif ptr is not None and ptr in buffered:
-            aliased.append(i)
-        elif ptr is None:
-            alone.append(i)
-        else:
-            memories.setdefault(ptr, []).append(i)
-    shared = []
-    for group in memories.values():
-        o = outputs[group[0]]
-        whole = o.numel() * o.element_size() == o.untyped_storage().nbytes()
-        if len(group) == 1 and o.storage_offset() == 0 and whole and _dense(o):
-            alone.extend(group)  # clone() keeps its strides
-        else:
-            shared.append(group)
-    return sorted(alone), shared, aliased, kept
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether `t`'s elements fill their memory without gaps or overlaps (clone keeps its strides)."""
-    expected = 1
-    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _static_in_place(args: list, record: Record) -> bool:

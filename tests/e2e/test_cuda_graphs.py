@@ -1,7 +1,8 @@
 """CUDA graphs (runtime/graphs.py) against eager on the GPU: `minicomp.jit(..., cuda_graphs=True)` and
 `torch.compile(..., backend="minicomp", mode="reduce-overhead")` replay each signature's graph with
 the right values when the caller writes into its inputs between calls, passes new tensors, keeps
-earlier outputs, returns views of its inputs, changes shapes (a graph each, at most the bound
+earlier outputs (handed out uncopied, moved out when kept), accumulates gradients over graphed
+backwards, returns views of its inputs, changes shapes (a graph each, at most the bound
 kept), trains (forward and backward graphs, an optimizer step between), runs two forwards before
 their backwards, draws random numbers; a CPU sync, a CPU tensor refuse cleanly. The last test
 prints the host time of a graphed call beside a plain one."""
@@ -19,6 +20,22 @@ import minicomp
 from minicomp.runtime.graphs import Graphs
 
 pytestmark = pytest.mark.gpu
+
+MOVES = hasattr(torch.UntypedStorage, "_swap_data_ptr_")  # torch >= 2.12: a held output moves out; else it is stale
+
+
+def _kept_as_computed(kept):
+    """Outputs kept across calls (the first a warm-up's, the second a capture's, then replays') hold
+    their own call's values (torch >= 2.12); before, a replay's raise STALE when read once the graph
+    ran again."""
+    if MOVES:
+        for out, expected in kept:
+            torch.testing.assert_close(out, expected)
+        return
+    torch.testing.assert_close(*kept[0])  # the warm-up's outputs are not the graph's memory
+    torch.testing.assert_close(*kept[-1])
+    with pytest.raises(RuntimeError, match="a later call of the graph wrote over its memory"):
+        torch.testing.assert_close(*kept[-2])
 
 
 @pytest.fixture(autouse=True)
@@ -44,9 +61,37 @@ def test_jit_replays_with_inputs_written_and_outputs_kept():
         y.mul_(1.5)  # the caller writes into an input between calls
         out = jitted(x, y)
         kept.append((out, f(x, y)))
-    for out, expected in kept:  # no replay overwrote an earlier call's outputs
-        torch.testing.assert_close(out, expected)
+    _kept_as_computed(kept)  # no replay overwrote an earlier call's outputs unseen
     assert _graphs_of(jitted).recorded() == 1
+
+
+def test_outputs_handed_out_uncopied_and_kept_ones_moved():
+    """A replay's outputs are the graph's memory itself; one the caller keeps moves out before the
+    next replay writes there (torch < 2.12: reading it raises)."""
+
+    def f(x):
+        y = x.exp()
+        return y, y.t()
+
+    jitted = minicomp.jit(f, cuda_graphs=True, fallback="raise")
+    for _ in range(3):
+        jitted(torch.randn(16, 8, device="cuda"))
+    ((_, record),) = _graphs_of(jitted).kept.values()
+    memory = {o.untyped_storage().data_ptr() for o in record.outputs}
+    x1 = torch.randn(16, 8, device="cuda")
+    a, a_t = jitted(x1)
+    assert a.untyped_storage().data_ptr() in memory
+    x2 = torch.randn(16, 8, device="cuda")
+    b, _ = jitted(x2)
+    assert b.untyped_storage().data_ptr() in memory
+    torch.testing.assert_close(b, x2.exp())
+    if not MOVES:
+        with pytest.raises(RuntimeError, match="Clone it to keep it"):
+            a.sum()
+        return
+    assert a.untyped_storage().data_ptr() not in memory
+    torch.testing.assert_close(a, x1.exp())
+    torch.testing.assert_close(a_t, x1.exp().t())
 
 
 def test_jit_outputs_aliasing_inputs():
@@ -138,14 +183,36 @@ def test_training_through_torch_compile(forwards_per_step):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
 
 
+def test_gradients_accumulated_over_graphed_backwards():
+    """Gradients kept in .grad over two steps (zero_grad every second step): the backward's graph
+    hands its gradients out uncopied, and the next backward moves the held ones out first."""
+
+    def run(compiled, model):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        gen = torch.Generator("cuda").manual_seed(0)
+        for step in range(8):
+            if step % 2 == 0:
+                opt.zero_grad(set_to_none=True)
+            compiled(torch.randn(32, 64, device="cuda", generator=gen)).square().mean().backward()
+            if step % 2 == 1:
+                opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    eager = _mlp()
+    plain, graphed = copy.deepcopy(eager), copy.deepcopy(eager)
+    want = run(torch.compile(plain, backend="minicomp"), plain)
+    torch._dynamo.reset()
+    got = run(torch.compile(graphed, backend="minicomp", mode="reduce-overhead"), graphed)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_options_spelling_and_outputs_kept():
     def f(x):
         return (x.sin() * 2).cos()
 
     compiled = torch.compile(f, backend="minicomp", options={"cuda_graphs": True})
-    outs = [(compiled(x), f(x)) for x in (torch.randn(1000, device="cuda") for _ in range(5))]
-    for out, expected in outs:
-        torch.testing.assert_close(out, expected)
+    _kept_as_computed([(compiled(x), f(x)) for x in (torch.randn(1000, device="cuda") for _ in range(5))])
 
 
 def test_dropout_draws_anew_each_replay():

@@ -1,6 +1,7 @@
 """CUDA graphs' bookkeeping (runtime/graphs.py) on the CPU, with a stand-in for the device: warm-up,
-capture and replay per signature, inputs copied or read in place, outputs copied, a static input
-that moves, the bound on graphs kept, a training forward's saved values, and each refusal.
+capture and replay per signature, inputs copied or read in place, outputs handed out uncopied
+(moved out when kept), a static input that moves, the bound on graphs kept, a training forward's
+saved values, and each refusal.
 
 The stand-in graph reads and writes memory by address, as a CUDA graph does: its replay runs the
 callable again on tensors rebuilt at the captured addresses and writes the results into the
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import minicomp
+from minicomp.runtime import graph_outputs
 from minicomp.runtime import graphs as cuda_graphs
 from minicomp.runtime.graphs import CaptureRefused, CudaCapture, Graphs
 
@@ -268,8 +270,9 @@ def test_outputs_that_are_inputs_come_back_as_aliases(device):
         torch.testing.assert_close(out, torch.full((3,), 2.0))
 
 
-def test_outputs_sharing_memory_are_copied_together(device):
-    """Outputs that view one memory (at offsets, transposed) come back as views of one copy."""
+def test_outputs_sharing_memory_come_back_as_views_of_one_memory(device):
+    """Outputs that view one memory (at offsets, transposed) come back as views of one storage over
+    the graph's memory; kept across calls, they move out of it together, still views of one another."""
     graphs = Graphs(limit=4, rerecords=2, device=device)
 
     def f(x):
@@ -287,8 +290,96 @@ def test_outputs_sharing_memory_are_copied_together(device):
     for out, expected in kept:
         for a, b in zip(out, expected):
             torch.testing.assert_close(a, b)
+        y, tail, t, _ = out
+        assert tail.data_ptr() == y.data_ptr() + 4 * 4 and t.data_ptr() == y.data_ptr()
     record = next(iter(g.records.values()))
-    assert record.shared == [[0, 1, 2]] and record.cloned == [3]
+    assert [[v.index for v in m.views] for m in record.plan.memories] == [[0, 1, 2], [3]]
+
+
+def _graph_memory(record) -> set[int]:
+    return {o.untyped_storage().data_ptr() for o in record.outputs}
+
+
+def test_outputs_are_handed_out_uncopied_and_move_only_when_kept(device):
+    """Each call's outputs are the graph's memory itself; the next replay moves out only what the
+    caller still holds (here the first call's output), not what it dropped."""
+    graphs = Graphs(limit=4, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda x: (x.exp(),)), "f")
+    for _ in range(3):  # warm-up, capture, replay: outputs dropped at once
+        x = torch.randn(6)
+        torch.testing.assert_close(f([x])[0], x.exp())
+    memory = _graph_memory(next(iter(f.records.values())))
+    x1 = torch.randn(6)
+    (kept,) = f([x1])
+    assert kept.untyped_storage().data_ptr() in memory  # no copy on the way out
+    x2 = torch.randn(6)
+    (second,) = f([x2])
+    assert second.untyped_storage().data_ptr() in memory
+    assert kept.untyped_storage().data_ptr() not in memory  # moved out before the replay wrote there
+    torch.testing.assert_close(kept, x1.exp())
+    torch.testing.assert_close(second, x2.exp())
+    del kept
+    (third,) = f([torch.zeros(6)])
+    torch.testing.assert_close(third, torch.ones(6))
+
+
+def test_without_moves_a_held_output_is_marked_and_kept_ones_copied(device, monkeypatch):
+    """torch < 2.12 cannot move a storage: a held output is marked stale (reading it raises, on a
+    GPU) and the outputs callers keep as a rule (`kept`: gradients) come back as copies."""
+    marked = []
+    monkeypatch.setattr(graph_outputs, "_moves", False)
+    monkeypatch.setattr(graph_outputs, "_poison", lambda cdata, message: marked.append((cdata, message)))
+    graphs = Graphs(limit=4, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda x: (x.exp(),)), "f")
+    g = graphs.wrap(_boxed(lambda x: (x * 2,)), "g", kept=True)
+    for _ in range(3):  # outputs dropped at once: nothing to mark
+        x = torch.randn(5)
+        torch.testing.assert_close(f([x])[0], x.exp())
+        torch.testing.assert_close(g([x])[0], x * 2)
+    assert marked == []
+    (held,) = f([torch.randn(5)])
+    f([torch.randn(5)])
+    assert marked == [(held.untyped_storage()._cdata, graph_outputs.STALE)]
+    memory = {o.untyped_storage().data_ptr() for o in next(iter(g.records.values())).outputs}
+    x1 = torch.randn(5)
+    (grad,) = g([x1])
+    g([torch.randn(5)])
+    assert grad.untyped_storage().data_ptr() not in memory
+    torch.testing.assert_close(grad, x1 * 2)
+    monkeypatch.setattr(graph_outputs, "_poison", None)  # nothing can mark it: copies for every graph
+    h = graphs.wrap(_boxed(lambda x: (x + 1,)), "h")
+    kept = [(h([x])[0], x + 1) for x in (torch.randn(5) for _ in range(4))]
+    for out, expected in kept:
+        torch.testing.assert_close(out, expected)
+    assert len(marked) == 1
+
+
+def test_outputs_held_when_their_graph_is_dropped_move_out(device):
+    graphs = Graphs(limit=1, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda x: (x * 3,)), "f")
+    held = []
+    for n in (4, 5):  # the second signature's graph drops the first's
+        for _ in range(3):
+            x = torch.randn(n)
+            held.append((f([x])[0], x * 3))
+    assert graphs.recorded() == 1
+    for _ in range(3):  # the pool's memory of the dropped graph is the new captures' to use
+        f([torch.randn(6)])
+    for out, expected in held:
+        torch.testing.assert_close(out, expected)
+
+
+def test_an_output_that_views_a_copied_input_views_the_callers_tensor(device):
+    graphs = Graphs(limit=4, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda x: (x.t(), x * 2)), "f")
+    for _ in range(4):
+        x = torch.randn(2, 3)
+        before = x.clone()
+        view, doubled = f([x])
+        assert view.data_ptr() == x.data_ptr() and view.stride() == (1, 3)  # as eager returns it
+        view[0, 0] = 7.0
+        assert x[0, 0] == 7.0
+        torch.testing.assert_close(doubled, before * 2)
 
 
 def test_options_of_torch_compile():
@@ -372,7 +463,7 @@ def test_training_through_torch_compile_with_stand_in_graphs(monkeypatch, forwar
 
 def test_jit_module_with_stand_in_graphs():
     """minicomp.jit(module, cuda_graphs=True): parameters read in place (an update between calls is
-    seen), outputs copies, an input the module writes into kept in place."""
+    seen), outputs handed out, an input the module writes into kept in place."""
 
     class Step(torch.nn.Module):
         def __init__(self):

@@ -1,0 +1,145 @@
+"""What a CUDA graph's replay hands back (runtime/graphs.py): its outputs uncopied.
+
+A replay writes its outputs into the same memory of the pool every time. Each call hands out new
+tensors over that memory (one storage per memory: outputs that view one memory stay views of one
+another), without a copy. Just before the graph writes there again (its next replay, or its record
+dropped and the memory given back to the pool), each storage a caller still holds is copied out
+to memory of its own, and the caller's tensors (views included) move with it
+(`UntypedStorage._swap_data_ptr_`, as torch's CUDA graph trees move storages). So every output
+stays valid for as long as the caller keeps it, and a call whose caller has dropped the previous
+outputs (`out = f(x); use(out); del out`, a training step's gradients reset to None) copies
+nothing: no clone per call, where the plain copy costs a launch.
+
+Where storages cannot move (torch < 2.12), a held output is marked instead: reading it raises
+STALE, as Inductor's CUDA graphs do, except outputs callers keep as a rule (a backward's gradients,
+which autograd accumulates into), which are handed out as copies then.
+
+The other outputs: one that is an input captured in place (or a view of one) comes back as a new
+alias of it; one that views an input the graph reads from its buffer comes back as the same view
+of the caller's tensor, as eager returns it; a training forward's saved values go to the backward
+as they are (graphs.py `Record.pending`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_cuda_tensor_at = getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", None)  # one C++ call
+
+
+class View:
+    """One output as a view of a handed memory: its index among the outputs and its metadata."""
+
+    __slots__ = ("index", "dtype", "shape", "stride", "offset", "meta")
+
+    def __init__(self, index: int, t: torch.Tensor):
+        self.index, self.dtype, self.shape, self.stride, self.offset = (
+            index,
+            t.dtype,
+            t.shape,
+            t.stride(),
+            t.storage_offset(),
+        )
+        self.meta = {"size": t.shape, "stride": t.stride(), "dtype": t.dtype, "storage_offset": self.offset}
+
+    def on(self, storage: torch.UntypedStorage) -> torch.Tensor:
+        if _cuda_tensor_at is not None and storage.device.type == "cuda":
+            return _cuda_tensor_at(self.meta, storage)
+        return torch.empty(0, dtype=self.dtype, device=storage.device).set_(
+            storage, self.offset, self.shape, self.stride
+        )
+
+
+class Memory:
+    """A memory of the pool that outputs view: its address, size and device, and those views."""
+
+    __slots__ = ("ptr", "nbytes", "device", "views")
+
+    def __init__(self, storage: torch.UntypedStorage):
+        self.ptr, self.nbytes, self.device = storage.data_ptr(), storage.nbytes(), storage.device
+        self.views: list[View] = []
+
+
+class OutputPlan:
+    """How a record's outputs come back on each call, sorted once at capture."""
+
+    __slots__ = ("memories", "aliased", "of_inputs", "empty", "saved", "copied")
+
+    def __init__(
+        self, outputs: tuple, in_place: set[int], buffers: dict[int, int], first_saved: int, kept: bool = False
+    ):
+        """`in_place`: storage addresses of the inputs captured in place; `buffers`: storage address
+        of an input's buffer (its first element the caller's tensor's first) -> the input's slot;
+        `first_saved`: index of the first saved value (a training forward's outputs past the user's);
+        `kept`: outputs callers keep across calls as a rule (a backward's gradients, which autograd
+        accumulates into): where a held output cannot move, they are handed out as copies."""
+        # without moves, a held output is marked stale; a kept one, or one where nothing can mark it, is copied
+        self.copied = not _moves and (kept or _poison is None)
+        memories: dict[int, Memory] = {}
+        self.aliased: list[int] = []  # outputs in an input's own memory: a new alias each call
+        self.of_inputs: list[tuple[int, View]] = []  # (slot, view) of an input read from its buffer
+        self.empty: list[int] = []  # outputs with no elements
+        self.saved: list[torch.Tensor] = []
+        for i, o in enumerate(outputs):
+            if not isinstance(o, torch.Tensor):
+                continue
+            ptr = o.untyped_storage().data_ptr() if o.numel() else None
+            if ptr is not None and ptr in in_place:
+                self.aliased.append(i)
+            elif i >= first_saved:
+                self.saved.append(o)
+            elif ptr is not None and ptr in buffers:
+                self.of_inputs.append((buffers[ptr], View(i, o)))
+            elif ptr is None:
+                self.empty.append(i)
+            else:
+                memory = memories.get(ptr)
+                if memory is None:
+                    memory = memories[ptr] = Memory(o.untyped_storage())
+                memory.views.append(View(i, o))
+        self.memories = list(memories.values())
+
+    def hand_out(self, outputs: tuple, inputs: list) -> tuple[list, list[torch.UntypedStorage]]:
+        """(what the caller gets, the storages handed out over the pool's memory)."""
+        results = list(outputs)
+        handed = []
+        for memory in self.memories:
+            if self.copied:  # one copy a memory: outputs that view it stay views of one another
+                storage = outputs[memory.views[0].index].untyped_storage().clone()
+            else:
+                storage = torch._C._construct_storage_from_data_pointer(memory.ptr, memory.device, memory.nbytes)
+                handed.append(storage)
+            for view in memory.views:
+                results[view.index] = view.on(storage)
+        for i in self.aliased:
+            results[i] = outputs[i].detach()
+        for slot, view in self.of_inputs:  # the buffer's offset 0 is the caller's tensor's first element
+            value = inputs[slot]
+            results[view.index] = value.as_strided(view.shape, view.stride, value.storage_offset() + view.offset)
+        for i in self.empty:
+            o = outputs[i]
+            results[i] = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device)
+        return results, handed
+
+
+_moves = hasattr(torch.UntypedStorage, "_swap_data_ptr_")  # torch >= 2.12
+_poison = getattr(torch._C, "_set_storage_data_ptr_access_error_msg", None)  # CUDA builds
+
+STALE = (
+    "minicomp: this tensor is an output of a CUDA graph's earlier call, and a later call of the graph "
+    "wrote over its memory. Clone it to keep it across calls (torch >= 2.12 keeps it for you)."
+)
+
+
+def settle_held(storages: list[torch.UntypedStorage]) -> None:
+    """Each storage a caller still holds (more references than this list's own), before the graph's
+    memory is written again: moved to memory of its own with its values, or, where storages cannot
+    move, marked so that reading it raises STALE."""
+    for storage in storages:
+        if torch._C._storage_Use_Count(storage._cdata) > 1:
+            if _moves:
+                own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device).untyped_storage()
+                own.copy_(storage)
+                storage._swap_data_ptr_(own)  # the caller's tensors now read `own`'s memory; `own` the pool's
+            elif _poison is not None:
+                _poison(storage._cdata, STALE)
