@@ -48,6 +48,15 @@ def test_parts_scale_the_block_on_the_gpu_only():
         assert spec.candidates() == [(256, 4), (1024, 8)]
 
 
+def test_a_small_kernel_spreads_over_programs_of_256_elements():
+    """RoPE's q and k rotations in one decoding step (2 x 1024 elements, 2 parts, cos and sin each):
+    one program of 2048 offsets took 4.0 us on an H200, 16 programs 1.0 us."""
+    spec = CombinedLaunch(pieces=(1024, 1024), parts=2)
+    block, warps = spec.heuristic(GPU)
+    assert (block, warps) == (128, 4) and spec.grid(block) == 16
+    assert launch_configs.heuristic(100, GPU) == (256, 4) and launch_configs.heuristic(8192, GPU) == (1024, 4)
+
+
 def test_planes_pad_every_group_to_its_size():
     """6 planes walked 4 side by side: two groups of 4, each plane's blocks (90000 elements: 88 of 1024)."""
     assert PointwiseLaunch(numel=6 * 90000, planes=6, group=4).grid(1024) == 8 * 88
