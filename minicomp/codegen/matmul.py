@@ -44,7 +44,7 @@ from minicomp.codegen.matmul_operands import (
 from minicomp.codegen.matmul_tiles import chain_tiles, fitting, folded_bytes
 from minicomp.ir import dtypes
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Expr, IterationSpace, Var
+from minicomp.lowering.indexing import Expr, FloorDiv, IterationSpace, Mod, Var
 from minicomp.lowering.ops.views import reshape_index
 from minicomp.plan import matmul_reads as planning
 from minicomp.plan.fusion import Plan
@@ -160,7 +160,11 @@ class MatmulWriter(KernelWriter):
                 if extent > 1:
                     offset = offset + i * stride
             address = paren(self.address(offset)) if not offset.is_const else "0"
-            stores.append(f"tl.store({out} + {address}, {ops.cast(value, store_meta.dtype)}, mask=mask)")
+            pointer = f"{out} + {address}"
+            rank = len(self.kernel.shape)
+            if not {rank - 2, rank - 1} <= _dims(offset):  # a product of one row (or column): no term for it
+                pointer = f"tl.broadcast_to({pointer}, [BLOCK_M, BLOCK_N])"
+            stores.append(f"tl.store({pointer}, {ops.cast(value, store_meta.dtype)}, mask=mask)")
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
         am, bm = graph[a].meta, graph[b].meta
@@ -217,6 +221,17 @@ class MatmulWriter(KernelWriter):
             f"accumulated in float32 ({kern.why})",
             f"  reads {', '.join(kern.loads)}; writes {', '.join(kern.stores)}",
         ]
+
+
+def _dims(expr: Expr) -> set[int]:
+    """The iteration dims an index reads (a decoding step's [1, n] product: the columns' alone)."""
+    dims = set()
+    for atom, _ in expr.terms:
+        if isinstance(atom, Var):
+            dims.add(atom.dim)
+        elif isinstance(atom, (FloorDiv, Mod)):
+            dims |= _dims(atom.expr)
+    return dims
 
 
 def _precision(dtype: torch.dtype, device: torch.device) -> str:

@@ -163,21 +163,25 @@ GPU_TILES = {  # a matmul template's candidates on a GPU, by operand bytes (clam
     2: ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 4)),
     4: ((128, 128, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (32, 64, 32, 4, 4)),
 }
+# A product of at most 16 rows (a decoding step's [B, d] @ [d, n]) reads its weight once and does
+# little else: few columns a program, so that its programs fill the SMs, and long K steps
+SKINNY_TILES = ((16, 16, 256, 2, 4), (16, 32, 256, 4, 4), (16, 32, 128, 4, 4), (16, 64, 128, 4, 4), (16, 64, 64, 4, 4))
 
 
 def matmul_tiles(m: int, n: int, k: int, itemsize: int, device: torch.device) -> tuple[Tile, ...]:
     """The tile shapes a matmul template is written for (at most 5: its launch times them on a
-    GPU). Each block is at most the size's next power of two (at least 16, tl.dot's least);
-    Triton's interpreter (CPU) runs one, as large as the sizes, up to 64."""
+    GPU; SKINNY_TILES for at most 16 rows). Each block is at most the size's next power of two (at
+    least 16, tl.dot's least); Triton's interpreter (CPU) runs one, as large as the sizes, up to 64."""
 
     def fit(block: int, size: int, least: int = 16) -> int:
         return min(block, max(least, 1 << max(size - 1, 0).bit_length()))
 
     if device.type == "cpu":
         return ((fit(64, m), fit(64, n), fit(64, k), 1, 1),)
-    found = []
-    for bm, bn, bk, warps, stages in GPU_TILES[4 if itemsize == 4 else 2]:
-        tile = (fit(bm, m), fit(bn, n), fit(bk, k), warps if fit(bm, m) * fit(bn, n) >= 128 * 128 else 4, stages)
+    found, skinny = [], m <= 16
+    for bm, bn, bk, warps, stages in SKINNY_TILES if skinny else GPU_TILES[4 if itemsize == 4 else 2]:
+        large = fit(bm, m) * fit(bn, n) >= 128 * 128  # a clamped tile runs 4 warps (a skinny one its own)
+        tile = (fit(bm, m), fit(bn, n), fit(bk, k), warps if skinny or large else 4, stages)
         if tile not in found:
             found.append(tile)
     return tuple(found)

@@ -72,6 +72,23 @@ def test_bmm_with_batch_in_the_grid(device, dtype):
     assert "pid_b = pid //" in source
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_product_of_one_row_or_one_column(device, dtype):
+    """A decoding step's [1, d] @ [d, n] (and [m, d] @ [d, 1], a batch of [1, n]): the store's
+    address has no term for the size-1 dim, so its pointer is broadcast to the tile (the store
+    failed to compile before)."""
+    w, b = torch.randn(48, 80, dtype=dtype, device=device), torch.randn(48, dtype=dtype, device=device)
+    x = torch.randn(1, 80, dtype=dtype, device=device)
+    check(lambda x, w, b: F.linear(x, w, b).relu(), x, w, b, kernels=1)
+    check(lambda x, w, r: F.linear(x, w) + r, x, w, torch.randn(1, 48, dtype=dtype, device=device), kernels=1)
+    column = torch.randn(1, 80, dtype=dtype, device=device)
+    rows = torch.randn(9, 80, dtype=dtype, device=device)
+    check(lambda x, c: F.linear(x, c).sigmoid(), rows, column, kernels=1)
+    one = torch.randn(3, 1, 80, dtype=dtype, device=device)
+    check(lambda a, b: torch.bmm(a, b).relu(), one, torch.randn(3, 80, 24, dtype=dtype, device=device), kernels=1)
+    check(lambda a, b: (a @ b).relu(), x, torch.randn(80, 1, dtype=dtype, device=device), kernels=1)  # one element
+
+
 def test_residual_add_and_cast_to_bf16(device):
     x, w, r = torch.randn(16, 24, device=device), torch.randn(24, 40, device=device), torch.randn(16, 40, device=device)
     check(lambda x, w, r: (x @ w + r).to(torch.bfloat16), x, w, r, kernels=1)

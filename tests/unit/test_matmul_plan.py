@@ -57,6 +57,10 @@ def test_launch_spec_tiles_grid_and_candidates():
     small = matmul_tiles(33, 17, 45, 4, torch.device("cuda"))
     assert all(t[0] <= 64 and t[1] <= 32 and t[2] <= 64 for t in small)  # clamped to the sizes
     assert matmul_tiles(33, 17, 45, 4, torch.device("cpu")) == ((64, 32, 64, 1, 1),)
+    skinny = matmul_tiles(1, 2048, 2048, 2, torch.device("cuda"))  # a decoding step's projection
+    assert skinny[0] == (16, 16, 256, 2, 4) and all(t[0] == 16 and t[1] <= 64 for t in skinny)
+    decode = MatmulLaunch(batch=1, m=1, n=2048, k=2048, tiles=skinny)
+    assert decode.grid(decode.heuristic(torch.device("cuda"))[0]) == 128  # a program per 16 columns
 
 
 def _linear_relu(x, w, b):
@@ -69,8 +73,8 @@ def _chain(x, w, b, w2):  # a 2-layer MLP: one kernel, nested K loops (plan/matm
 
 @pytest.mark.slow  # Triton compiles each tile to a cubin (LLVM and ptxas) on the CPU: ~10 s
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("fn", [_linear_relu, _chain])
-def test_kernels_compile_for_sm90(dtype, fn, monkeypatch, tmp_path):
+@pytest.mark.parametrize("fn, rows", [(_linear_relu, 96), (_chain, 96), (_linear_relu, 1)])  # 1: skinny tiles
+def test_kernels_compile_for_sm90(dtype, fn, rows, monkeypatch, tmp_path):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
 
@@ -78,7 +82,7 @@ def test_kernels_compile_for_sm90(dtype, fn, monkeypatch, tmp_path):
 
     gpu = torch.device("cuda")
     monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
-    x, w, b = torch.randn(96, 80, dtype=dtype), torch.randn(48, 80, dtype=dtype), torch.randn(48, dtype=dtype)
+    x, w, b = torch.randn(rows, 80, dtype=dtype), torch.randn(48, 80, dtype=dtype), torch.randn(48, dtype=dtype)
     args = (x, w, b) + ((torch.randn(64, 48, dtype=dtype),) if fn is _chain else ())
     with config.override(matmul="template"):
         source = minicomp.jit(fn).source(*args)
@@ -102,7 +106,7 @@ def test_kernels_compile_for_sm90(dtype, fn, monkeypatch, tmp_path):
             options={"num_warps": 4},
         )
         assert "cubin" in compiled.asm
-        if dtype == torch.bfloat16:
+        if dtype == torch.bfloat16 and rows > 16:  # (a skinny tile's 16 rows are below wgmma's 64)
             assert "warp_group_dot" in compiled.asm["ttgir"]  # Hopper's wgmma
 
 
