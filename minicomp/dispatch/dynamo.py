@@ -71,7 +71,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                 )
             if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
                 forward["saved_layouts"] = saved_layouts.produced(gm, compiled)
-            run = _eager_when_reentered(_checked_first_call(compiled, gm, fail), compiled, gm)
+            run = _eager_when_reentered(_checked_first_call(compiled, gm, fail, name), compiled, gm)
             run = saved_layouts.conformed(run, checks)
             return _graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
@@ -81,15 +81,16 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
     return compile_fn
 
 
-def _checked_first_call(compiled, gm: torch.fx.GraphModule, fail):
-    """`compiled.boxed`, whose first call runs the graph as Dynamo captured it when an extern
-    call's real output has another shape than its meta kernel said (runtime/externs.py): the
-    generated code raises ExternMismatch before it writes anything. A module without extern
-    calls is returned as it is; later calls of one with them cost a Python call more."""
+def _checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):
+    """`compiled.boxed`, whose first call runs the graph as Dynamo captured it (under the fallback
+    policy, and every later call too) when it fails: an extern call's real output of another shape
+    than its meta kernel said (runtime/externs.py: raised before anything is written), or a kernel
+    that fails to compile or launch at its first call (a Triton error). A module that writes into
+    an input may have written some of it by then, so it does not run again: the error says so.
+    Later calls cost a Python call more."""
     boxed = compiled.boxed
-    if "conform(" not in compiled.source:
-        return boxed
-    eager = None  # the captured graph, once a first call found a mismatch
+    writes_inputs = bool(compiled.graph.mutations)
+    eager = None  # the captured graph, once a first call failed
     first = True
 
     def run(args):
@@ -101,8 +102,17 @@ def _checked_first_call(compiled, gm: torch.fx.GraphModule, fail):
             return boxed(args)
         except runtime.ExternMismatch as err:
             fail(err)
-            eager = make_boxed_func(gm.forward)
-            return eager(kept)
+        except runtime.Reentered:  # (_eager_when_reentered's: this call alone runs eagerly)
+            raise
+        except Exception as err:  # noqa: BLE001 - a kernel that did not compile: the captured graph instead
+            if writes_inputs:
+                raise fallback.CompileError(
+                    f"{fallback.describe(name, err)} Its first call failed, and it writes into an input, "
+                    "which it may have written already: the call is not repeated eagerly."
+                ) from err
+            fail(err)
+        eager = make_boxed_func(gm.forward)
+        return eager(kept)
 
     run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
     return run

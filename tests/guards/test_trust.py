@@ -341,6 +341,35 @@ def test_first_run_failure_falls_back_to_eager(monkeypatch):
             strict(x)
 
 
+def test_first_run_failure_through_torch_compile_falls_back_unless_it_writes_an_input(monkeypatch):
+    """A kernel that fails at its first launch (a Triton compile error) through the backend: the
+    graph runs as Dynamo captured it, by the fallback policy; one that writes into an input may have
+    written it already, so it raises a clear error instead of running the call twice."""
+    from minicomp.runtime import launch
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("CompilationError: at 67:4: injected")
+
+    monkeypatch.setattr(launch.Launch, "__call__", broken)
+    monkeypatch.setenv("MINICOMP_FALLBACK", "warn")
+    torch._dynamo.reset()
+    x = torch.randn(8)
+    compiled = torch.compile(lambda x: (x * 2).relu(), backend="minicomp")
+    with pytest.warns(UserWarning, match="injected"):
+        torch.testing.assert_close(compiled(x), (x * 2).relu())
+    torch.testing.assert_close(compiled(x), (x * 2).relu())  # the captured graph from now on
+
+    def writes(x):
+        x.mul_(2)
+        return x + 1
+
+    torch._dynamo.reset()
+    y = torch.randn(8)
+    with pytest.raises(minicomp.CompileError, match="writes into an input"):
+        torch.compile(writes, backend="minicomp")(y.clone())
+    torch._dynamo.reset()
+
+
 # -- 13, 15. outputs: types and aliasing as in eager ---------------------------------
 
 
