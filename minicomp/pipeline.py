@@ -89,6 +89,7 @@ def compile_graph(
     freed_inputs: frozenset[str] = frozenset(),
     output_layouts: list[tuple[int, ...] | None] | None = None,
     any_layout: frozenset[str] = frozenset(),
+    donated: frozenset[str] = frozenset(),
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text.
@@ -96,7 +97,10 @@ def compile_graph(
     of the steps may count on their memory going at their last use (schedule.py).
     `output_layouts`: strides wanted for the outputs, by position (a backward's: its leaves').
     `any_layout`: outputs that may come out at any strides (a forward's saved activations that its
-    backward reads at any strides: dispatch/saved_layouts.py)."""
+    backward reads at any strides: dispatch/saved_layouts.py).
+    `donated`: freed inputs whose memory no other tensor reaches (AOTAutograd's donated buffers: a
+    backward's saved activations that are no input or output of the user's), which a kernel may
+    write its store over where they die (codegen/reuse.py)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     graph = pad_matmuls(graph, any_layout)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
@@ -107,6 +111,7 @@ def compile_graph(
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
+    plan = dataclasses.replace(plan, donated=donated & freed_inputs) if donated else plan
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     try:
@@ -156,7 +161,7 @@ def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layo
     again = fusion.plan(plan.graph, frozenset(cut))
     again = schedule.order(again, freed_inputs)
     again = _with_output_layouts(again, layouts)
-    again = written_padded(again)
+    again = dataclasses.replace(written_padded(again), donated=plan.donated)
     logs.fusion.info("%s: plan\n%s\n%s", name, again.graph.describe(again.kinds), again)
     return again
 

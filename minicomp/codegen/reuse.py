@@ -16,9 +16,10 @@ from minicomp.plan.storages import uses as step_uses
 
 def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying: list[str]) -> dict[str, str]:
     """Store -> a buffer the kernel reads for the last time whose memory it can write it into:
-    the kernel's own intermediate (not an input, output or view of something), dense, of the
-    store's dtype and large enough, and read only at the store's own address, so each element is
-    read by the program that overwrites it, before it does (any shape: the addresses are what
+    the kernel's own intermediate (not an output or view of something; an input only where the
+    caller donated it, `plan.donated`: a backward's saved logits take their gradient), dense, of
+    the store's dtype and large enough, and read only at the store's own address, so each element
+    is read by the program that overwrites it, before it does (any shape: the addresses are what
     match). A backward's gradient of the MLP's hidden state goes into the matmul result it came
     from. Only a pointwise kernel reads at its stores' addresses (`PointwiseSource.aligned`)."""
     if not isinstance(source, PointwiseSource):
@@ -34,7 +35,7 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
                 buffer in dying
                 and buffer not in taken
                 and storages.owns_memory(buffer)
-                and buffer not in storages.inputs | storages.kept
+                and buffer not in (storages.inputs - plan.donated) | storages.kept
                 and isinstance(other, TensorMeta)
                 and (other.dtype, other.device) == (meta.dtype, meta.device)
                 and other.stride == plan.strides.get(buffer, other.stride)

@@ -171,6 +171,7 @@ class Plan:
     strides: dict[str, tuple[int, ...]]  # value a kernel writes -> the strides it is allocated with
     spaces: dict[str, ReductionSpace] = field(default_factory=dict)  # node -> the reduction space it is in
     interior: dict[str, str] = field(default_factory=dict)  # value -> the padded buffer it is written inside
+    donated: frozenset[str] = frozenset()  # inputs whose memory the call may take over once they die
 
     @property
     def kernels(self) -> list[Kernel]:

@@ -94,3 +94,14 @@ def _aliased(node) -> str | None:
         inputs = node.inputs()
         return inputs[0] if inputs else None
     return None
+
+
+def exclusive_outputs(plan: Plan) -> frozenset[str]:
+    """Graph outputs whose memory is theirs alone: owned (no view of another value, not inside a
+    padded buffer), reached by no other value, no input, returned once. A forward's saved
+    activation of this kind is memory its backward may take over (dispatch/dynamo.py `donated`)."""
+    storages = Storages.of(plan)
+    outputs = [o for o in plan.graph.outputs if isinstance(o, str)]
+    return frozenset(
+        o for o in outputs if storages.owns_memory(o) and o not in storages.inputs and outputs.count(o) == 1
+    )

@@ -1,0 +1,89 @@
+"""A backward writes a gradient over a saved activation it reads for the last time, when the
+activation's memory is the backward's to take (dispatch/dynamo.py `_donated`: AOTAutograd's rule
+for donated buffers, and a forward output of memory its own), as Inductor does with donated
+buffers. Against eager: the gradients, a second backward under retain_graph (it gets copies),
+and a saved value that is also a user output (not taken: the output keeps its values)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minicomp.dispatch.dynamo  # noqa: F401  (registers the backend)
+
+
+@pytest.fixture
+def sources():
+    """The generated modules' text, as compiled (the output_code channel)."""
+    texts: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            texts.append(record.getMessage())
+
+    logger, handler = logging.getLogger("minicomp.output_code"), Keep()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    torch._dynamo.reset()
+    yield texts
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+    torch._dynamo.reset()
+
+
+def _backward_source(texts: list[str]) -> str:
+    return next(t for t in texts if "_backward" in t.splitlines()[0])
+
+
+def _leaves(*shapes):
+    torch.manual_seed(0)
+    return [torch.randn(*s, requires_grad=True) for s in shapes]
+
+
+def _grads(fn, leaves, retain=False):
+    for leaf in leaves:
+        leaf.grad = None
+    fn(*leaves).backward(retain_graph=retain)
+    return [leaf.grad.clone() for leaf in leaves]
+
+
+def test_the_gradient_goes_into_the_saved_product(sources):
+    def f(x, w):
+        return F.gelu(x @ w).sum()
+
+    leaves = _leaves((16, 32), (32, 64))
+    got = _grads(torch.compile(f, backend="minicomp"), leaves)
+    assert "# in mm's memory: read there, then not again" in _backward_source(sources)
+    for a, b in zip(got, _grads(f, leaves)):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_second_backward_under_retain_graph_reads_the_saved_values_intact(sources):
+    def f(x, w):
+        return F.gelu(x @ w).sum()
+
+    x, w = _leaves((16, 32), (32, 64))
+    loss = torch.compile(f, backend="minicomp")(x, w)
+    loss.backward(retain_graph=True)
+    first = [x.grad.clone(), w.grad.clone()]
+    x.grad = w.grad = None
+    loss.backward()
+    for a, b in zip([x.grad, w.grad], first):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_saved_value_the_user_holds_is_not_taken(sources):
+    def f(x, w):
+        product = x @ w
+        return F.gelu(product).sum(), product
+
+    x, w = _leaves((16, 32), (32, 64))
+    loss, product = torch.compile(f, backend="minicomp")(x, w)
+    kept = product.detach().clone()
+    loss.backward()
+    torch.testing.assert_close(product.detach(), kept)  # the user's tensor keeps its values
+    assert "in mm's memory" not in _backward_source(sources)
