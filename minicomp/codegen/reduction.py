@@ -64,7 +64,9 @@ class ReductionSource(KernelSource):
     groups: int = 0  # a grouped kernel's programs, one a row group (ReductionKernel.group)
     # row store -> buffers read at its own address and nowhere else: each program reads them for its
     # rows in its passes and stores the row after the last one, so the store may go into such a
-    # buffer (a mutated input's new value, reuse.py `written_in_place`: batch norm's running statistics)
+    # buffer (a mutated input's new value, reuse.py `written_in_place`: batch norm's running statistics).
+    # Also the last pass's element store where it is that pass's only one: each element is stored
+    # after every load of it (a softmax's gradient over the logits it reads: reuse.py `reused_in_place`)
     aligned: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def launch_spec(self) -> ReductionLaunch:
@@ -251,6 +253,9 @@ class ReductionWriter(ReductionLines, KernelWriter):
                 phase.body.append(self._store(name, outs[name]))
         self.phase = self.phases[-1]
         aligned = {}
+        if len(self.phase.stores) == 1:  # the last pass's one element store: each element after its loads
+            (name,) = self.phase.stores
+            aligned[name] = tuple(b for b, loaded in self.load_offsets.items() if loaded == {self._offset(name)})
         for name in row_stores:
             self.phase.after.append(self._store(name, outs[name]))
             offset = self._offset(name)

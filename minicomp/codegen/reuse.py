@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
+from minicomp.codegen.reduction import ReductionSource
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import extent, is_dense
 from minicomp.lowering.ops import NodeKind
@@ -21,8 +22,9 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
     the store's dtype and large enough, and read only at the store's own address, so each element
     is read by the program that overwrites it, before it does (any shape: the addresses are what
     match). A backward's gradient of the MLP's hidden state goes into the matmul result it came
-    from. Only a pointwise kernel reads at its stores' addresses (`PointwiseSource.aligned`)."""
-    if not isinstance(source, PointwiseSource):
+    from. A pointwise kernel reads at its stores' addresses (`PointwiseSource.aligned`), and a
+    reduction at its row stores' and its last pass's one element store's (`ReductionSource.aligned`)."""
+    if not isinstance(source, (PointwiseSource, ReductionSource)):
         return {}
     graph, reused, taken = plan.graph, {}, set()
     for name in source.kernel.stores:

@@ -87,3 +87,22 @@ def test_a_saved_value_the_user_holds_is_not_taken(sources):
     loss.backward()
     torch.testing.assert_close(product.detach(), kept)  # the user's tensor keeps its values
     assert "in mm's memory" not in _backward_source(sources)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_a_loss_gradient_goes_into_the_saved_logits(sources, looped):
+    """Cross-entropy's backward: the logits' gradient, one reduction kernel's last-pass store,
+    written over the saved logits (the pass reads each element before it stores it), whole rows
+    held in registers or walked in passes."""
+    from minicomp import config
+
+    def f(h, w, y):
+        return F.cross_entropy((h @ w.t()).float(), y)
+
+    h, w = _leaves((16, 32), (100, 32))
+    y = torch.randint(0, 100, (16,), generator=torch.Generator().manual_seed(1))
+    with config.override(**({"persistent_rows": 16} if looped else {})):
+        got = _grads(lambda h, w: torch.compile(f, backend="minicomp")(h, w, y), [h, w])
+    assert "# in mm's memory: read there, then not again" in _backward_source(sources)
+    for a, b in zip(got, _grads(lambda h, w: f(h, w, y), [h, w])):
+        torch.testing.assert_close(a, b)
