@@ -43,7 +43,7 @@ from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index
 from minicomp.codegen.reduction_lines import ReductionLines
 from minicomp.codegen.reduction_passes import passes
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Expr, IterationSpace, Var
+from minicomp.lowering.indexing import Expr, IterationSpace, Var, same_address
 from minicomp.lowering.ops import NodeKind
 from minicomp.plan.fusion import Kernel, Plan
 from minicomp.plan.row_reads import at_row, row_index
@@ -255,7 +255,12 @@ class ReductionWriter(ReductionLines, KernelWriter):
         aligned = {}
         if len(self.phase.stores) == 1:  # the last pass's one element store: each element after its loads
             (name,) = self.phase.stores
-            aligned[name] = tuple(b for b, loaded in self.load_offsets.items() if loaded == {self._offset(name)})
+            offset = self._offset(name)
+            aligned[name] = tuple(
+                b
+                for b, loaded in self.load_offsets.items()
+                if loaded and all(o is not None and same_address(o, offset) for o in loaded)
+            )
         for name in row_stores:
             self.phase.after.append(self._store(name, outs[name]))
             offset = self._offset(name)

@@ -25,6 +25,8 @@ shape, a reduction axis) is written plain and stays a constant.
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -329,3 +331,53 @@ def decide(expr: Expr, relation: str, bound: int) -> bool | None:
     if relation == "<":
         return True if hi < bound else False if lo >= bound else None
     return True if lo == hi == bound else False if not lo <= bound <= hi else None
+
+
+def same_address(a: Expr, b: Expr, points: int = 1 << 16) -> bool:
+    """Whether two offsets name the same element at every point of their variables' ranges: a
+    3-D view's `1024*(x0 // 8) + 128*(x0 % 8) + r0` and a 2-D tensor's `128*x0 + r0`. Both are
+    sums of variables, floors and remainders, so their difference repeats with period P (the
+    divisors' least common multiple) up to a constant step; zero over [0, 2P) of each variable
+    (or its whole range) is zero everywhere. False where that takes more than `points` points, or
+    for an atom it cannot evaluate."""
+    if a == b:
+        return True
+    found: dict[int, int] = {}
+    divisors: list[int] = []
+    if not (_survey(a, found, divisors) and _survey(b, found, divisors)):
+        return False
+    period = math.lcm(*divisors) if divisors else 1
+    ranges = [(dim, range(min(size, 2 * period))) for dim, size in sorted(found.items())]
+    if math.prod(len(r) for _, r in ranges) > points:
+        return False
+    for values in itertools.product(*(r for _, r in ranges)):
+        at = dict(zip((dim for dim, _ in ranges), values))
+        if _value(a, at) != _value(b, at):
+            return False
+    return True
+
+
+def _survey(expr: Expr, found: dict[int, int], divisors: list[int]) -> bool:
+    """Collect `expr`'s variables (dim -> size) and divisors; False for an atom `_value` cannot take."""
+    for atom, _ in expr.terms:
+        if isinstance(atom, Var):
+            found[atom.dim] = atom.size
+        elif isinstance(atom, (FloorDiv, Mod)):
+            divisors.append(atom.divisor)
+            if not _survey(atom.expr, found, divisors):
+                return False
+        else:
+            return False
+    return True
+
+
+def _value(expr: Expr, at: dict[int, int]) -> int:
+    total = expr.const
+    for atom, coeff in expr.terms:
+        if isinstance(atom, Var):
+            total += coeff * at[atom.dim]
+        elif isinstance(atom, FloorDiv):
+            total += coeff * (_value(atom.expr, at) // atom.divisor)
+        else:
+            total += coeff * (_value(atom.expr, at) % atom.divisor)
+    return total

@@ -106,3 +106,20 @@ def test_a_loss_gradient_goes_into_the_saved_logits(sources, looped):
     assert "# in mm's memory: read there, then not again" in _backward_source(sources)
     for a, b in zip(got, _grads(lambda h, w: f(h, w, y), [h, w])):
         torch.testing.assert_close(a, b)
+
+
+def test_logits_of_a_three_dim_linear_take_their_gradient(sources):
+    """A language model's head: [B, S, d] @ W.T viewed as [B*S, V] for the loss. The gradient's
+    store (128*x0 + r0) and the saved logits' load (1024*(x0 // 8) + 128*(x0 % 8) + r0) name the
+    same elements in two spellings (indexing.py `same_address`)."""
+
+    def f(h, w, y):
+        logits = F.linear(h, w)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), y)
+
+    h, w = _leaves((2, 8, 32), (128, 32))
+    y = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(2))
+    got = _grads(lambda h, w: torch.compile(f, backend="minicomp")(h, w, y), [h, w])
+    assert "# in mm's memory: read there, then not again" in _backward_source(sources)
+    for a, b in zip(got, _grads(lambda h, w: f(h, w, y), [h, w])):
+        torch.testing.assert_close(a, b)
