@@ -335,19 +335,18 @@ def decide(expr: Expr, relation: str, bound: int) -> bool | None:
 
 def same_address(a: Expr, b: Expr, points: int = 1 << 16) -> bool:
     """Whether two offsets name the same element at every point of their variables' ranges: a
-    3-D view's `1024*(x0 // 8) + 128*(x0 % 8) + r0` and a 2-D tensor's `128*x0 + r0`. Both are
-    sums of variables, floors and remainders, so their difference repeats with period P (the
-    divisors' least common multiple) up to a constant step; zero over [0, 2P) of each variable
-    (or its whole range) is zero everywhere. False where that takes more than `points` points, or
-    for an atom it cannot evaluate."""
+    3-D view's `1024*(x0 // 1024) + 1024*(x0 % 1024) + r0` and a 2-D tensor's `1024*x0 + r0`.
+    Both are sums of variables, floors and remainders, so moving one variable by P (the lcm of
+    the divisors of the floors and remainders it is inside; 1 in none) changes their difference
+    by a constant: zero over [0, 2P) of each variable (or its whole range) is zero everywhere.
+    False where that takes more than `points` points, or for an atom it cannot evaluate."""
     if a == b:
         return True
     found: dict[int, int] = {}
-    divisors: list[int] = []
-    if not (_survey(a, found, divisors) and _survey(b, found, divisors)):
+    divisors: dict[int, set[int]] = {}
+    if not (_survey(a, found, divisors, ()) and _survey(b, found, divisors, ())):
         return False
-    period = math.lcm(*divisors) if divisors else 1
-    ranges = [(dim, range(min(size, 2 * period))) for dim, size in sorted(found.items())]
+    ranges = [(dim, range(min(size, 2 * math.lcm(*divisors.get(dim, {1}))))) for dim, size in sorted(found.items())]
     if math.prod(len(r) for _, r in ranges) > points:
         return False
     for values in itertools.product(*(r for _, r in ranges)):
@@ -357,14 +356,15 @@ def same_address(a: Expr, b: Expr, points: int = 1 << 16) -> bool:
     return True
 
 
-def _survey(expr: Expr, found: dict[int, int], divisors: list[int]) -> bool:
-    """Collect `expr`'s variables (dim -> size) and divisors; False for an atom `_value` cannot take."""
+def _survey(expr: Expr, found: dict[int, int], divisors: dict[int, set[int]], outer: tuple[int, ...]) -> bool:
+    """Collect `expr`'s variables (dim -> size) and, per variable, the divisors of the floors and
+    remainders it is inside (`outer`: those around `expr`); False for an atom `_value` cannot take."""
     for atom, _ in expr.terms:
         if isinstance(atom, Var):
             found[atom.dim] = atom.size
+            divisors.setdefault(atom.dim, {1}).update(outer)
         elif isinstance(atom, (FloorDiv, Mod)):
-            divisors.append(atom.divisor)
-            if not _survey(atom.expr, found, divisors):
+            if not _survey(atom.expr, found, divisors, (*outer, atom.divisor)):
                 return False
         else:
             return False

@@ -27,3 +27,12 @@ def test_too_many_points_is_not_claimed():
     a = Expr.of(FloorDiv(Expr.of(big), 4099)) * 4099 + Expr.of(Mod(Expr.of(big), 4099))
     assert not same_address(Expr.of(big), a, points=1024)  # true, but not shown within the points
     assert same_address(Expr.of(big), a)
+
+
+def test_a_variable_inside_no_floor_takes_two_points():
+    """A language model's head at its real size: rows 4 x 1024, a vocabulary of 32000. The row
+    variable repeats every 1024, the column variable is affine: 2048 x 2 points, not 2048 x 2048."""
+    rows, cols = Var(0, 4096), Var(1, 32000)
+    flat = Expr.of(rows) * 32000 + Expr.of(cols)
+    viewed = Expr.of(FloorDiv(Expr.of(rows), 1024)) * 32768000 + Expr.of(Mod(Expr.of(rows), 1024)) * 32000
+    assert same_address(flat, viewed + Expr.of(cols), points=4096)
