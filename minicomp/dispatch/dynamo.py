@@ -25,15 +25,13 @@ import threading
 
 import torch
 from functorch.compile import make_boxed_func
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from minicomp import capture, config, runtime
 from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
-from minicomp.dispatch import fallback, row_regions, saved_layouts
+from minicomp.dispatch import donations, fallback, row_regions, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
 from minicomp.pipeline import compile_graph
-from minicomp.plan.storages import exclusive_outputs
 from minicomp.runtime import compile_pool
 
 _graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
@@ -66,7 +64,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
         layouts = input_layouts(forward["gm"]) if backward else None
         checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []
         any_layout = saved_layouts.any_layout(gm) if role == "forward" else frozenset()
-        donated = _donated(forward, gm) if backward else frozenset()
+        donated = frozenset()  # saved values the backward may write over (donations.py)
+        if backward:
+            donated = donations.donated(forward["gm"], gm, _saved_count(forward), forward.get("exclusive", frozenset()))
 
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
@@ -81,62 +81,15 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                 )
             if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
                 forward["saved_layouts"] = saved_layouts.produced(gm, compiled)
-                forward["exclusive"] = exclusive_outputs(compiled.plan)
+                forward["exclusive"] = donations.exclusive_outputs(compiled.plan)
             run = _eager_when_reentered(_checked_first_call(compiled, gm, fail, name), compiled, gm)
-            run = _kept_donations(saved_layouts.conformed(run, checks), gm, donated)
+            run = donations.kept(saved_layouts.conformed(run, checks), gm, donated)
             return _graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fail(err)
             return make_boxed_func(gm.forward)
 
     return compile_fn
-
-
-def _donated(forward: dict, backward: torch.fx.GraphModule) -> frozenset[str]:
-    """The backward's inputs whose memory it may take over where they die: saved activations whose
-    storage is no forward input's, no user output's, no gradient's and no other saved value's (the
-    rule of AOTAutograd's donated buffers, on the traced graphs' fake tensors), which the compiled
-    forward wrote into memory of their own (`forward["exclusive"]`: plan/storages.py
-    `exclusive_outputs`; not the interior of a padded buffer)."""
-    gm, count = forward["gm"], _saved_count(forward)
-    fw_outputs = list(next(reversed(gm.graph.find_nodes(op="output"))).args[0])
-    bw_outputs = list(next(reversed(backward.graph.find_nodes(op="output"))).args[0])
-    if not 0 < count <= len(fw_outputs):
-        return frozenset()
-    saved = [n for n in fw_outputs[len(fw_outputs) - count :] if isinstance(n, torch.fx.Node)]
-    others = [n for n in gm.graph.find_nodes(op="placeholder")] + fw_outputs[: len(fw_outputs) - count] + bw_outputs
-    taken = [s for s in map(_storage, others) if s is not None]
-    mine = [_storage(n) for n in saved]
-    return frozenset(
-        n.name
-        for n, storage in zip(saved, mine)
-        if storage is not None and storage not in taken and mine.count(storage) == 1
-    ) & forward.get("exclusive", frozenset())
-
-
-def _storage(node):
-    """The storage of a node's traced value (a fake tensor), to compare aliasing by."""
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-        return None
-    return StorageWeakRef(value.untyped_storage())
-
-
-def _kept_donations(run, backward: torch.fx.GraphModule, donated: frozenset[str]):
-    """`run` (a backward that writes over its donated inputs), whose call under retain_graph (the
-    saved values are read again by a second backward) gets copies of them instead."""
-    if not donated:
-        return run
-    positions = [i for i, n in enumerate(backward.graph.find_nodes(op="placeholder")) if n.name in donated]
-
-    def guarded(args):
-        if torch._C._autograd._get_current_graph_task_keep_graph():
-            for i in positions:
-                args[i] = args[i].clone(memory_format=torch.preserve_format)
-        return run(args)
-
-    guarded._boxed_call = True  # AOTAutograd's mark: it passes its argument list
-    return guarded
 
 
 def _checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):

@@ -1,5 +1,5 @@
 """A backward writes a gradient over a saved activation it reads for the last time, when the
-activation's memory is the backward's to take (dispatch/dynamo.py `_donated`: AOTAutograd's rule
+activation's memory is the backward's to take (dispatch/donations.py: AOTAutograd's rule
 for donated buffers, and a forward output of memory its own), as Inductor does with donated
 buffers. Against eager: the gradients, a second backward under retain_graph (it gets copies),
 and a saved value that is also a user output (not taken: the output keeps its values)."""
