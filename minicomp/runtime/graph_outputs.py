@@ -137,9 +137,13 @@ def settle_held(storages: list[torch.UntypedStorage]) -> None:
     move, marked so that reading it raises STALE."""
     for storage in storages:
         if torch._C._storage_Use_Count(storage._cdata) > 1:
-            if _moves:
+            if _moves and not _capturing():  # (a record collected while another graph captures: no copy then)
                 own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device).untyped_storage()
                 own.copy_(storage)
                 storage._swap_data_ptr_(own)  # the caller's tensors now read `own`'s memory; `own` the pool's
             elif _poison is not None:
                 _poison(storage._cdata, STALE)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

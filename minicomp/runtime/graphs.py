@@ -182,8 +182,19 @@ class Record:
     """One captured signature: the graph, the buffers of the copied inputs, the addresses of the
     static ones, the outputs it writes and how each call hands them back (graph_outputs.py)."""
 
-    __slots__ = ("used", "graph", "buffers", "static_ptrs", "ptrs", "slots", "outputs", "plan", "handed")
-    __slots__ += ("saved", "base")
+    __slots__ = (
+        "used",
+        "graph",
+        "buffers",
+        "static_ptrs",
+        "ptrs",
+        "slots",
+        "outputs",
+        "plan",
+        "handed",
+        "saved",
+        "base",
+    )
 
     def __init__(self, graph, buffers, static_ptrs, outputs, plan: OutputPlan):
         self.graph = graph
