@@ -255,16 +255,10 @@ class ReductionWriter(ReductionLines, KernelWriter):
         aligned = {}
         if len(self.phase.stores) == 1:  # the last pass's one element store: each element after its loads
             (name,) = self.phase.stores
-            offset = self._offset(name)
-            aligned[name] = tuple(
-                b
-                for b, loaded in self.load_offsets.items()
-                if loaded and all(o is not None and same_address(o, offset) for o in loaded)
-            )
+            aligned[name] = self._read_only_at(name)
         for name in row_stores:
             self.phase.after.append(self._store(name, outs[name]))
-            offset = self._offset(name)
-            aligned[name] = tuple(b for b, loaded in self.load_offsets.items() if loaded == {offset})
+            aligned[name] = self._read_only_at(name)
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
         return ReductionSource(
@@ -280,6 +274,15 @@ class ReductionWriter(ReductionLines, KernelWriter):
             extent=self.extent,
             groups=-(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0,
             aligned=aligned,
+        )
+
+    def _read_only_at(self, name: str) -> tuple[str, ...]:
+        """The buffers this kernel loads at `name`'s store address and nowhere else (`aligned`)."""
+        offset = self._offset(name)
+        return tuple(
+            b
+            for b, loaded in self.load_offsets.items()
+            if loaded and all(o is not None and same_address(o, offset) for o in loaded)
         )
 
     def _offset(self, name: str) -> Expr:
