@@ -17,6 +17,8 @@ allocate.py        buffers and views of a generated call, by torch's C++ fast pa
 interpreter_math.py  libdevice spelled for Triton's interpreter (CPU tensors)
 checks.py          device-side asserts in kernels (bounds, division by zero): raised as eager does
 graphs.py          CUDA graphs of compiled callables: recorded per signature, replayed (opt-in)
+graph_capture.py   ... their device side: side stream, memory pool, warm-up and capture
+graph_outputs.py   ... what a replay hands back: outputs uncopied, held ones moved out
 """
 
 from minicomp.runtime.allocate import empty_cuda, reinterpret
