@@ -199,10 +199,11 @@ class KernelWriter:
         return self.temp(code, op.compute, name, _provenance(node))
 
     def offset_of(self, name: str, index) -> Expr:
-        """The element offset of `index` into buffer `name`."""
+        """The element offset of `index` into buffer `name`, at the strides the plan allocates it
+        with (a value written inside a padded buffer, plan/padded_writes.py), else its traced ones."""
         meta = self.graph[name].meta
         offset = Expr()
-        for e, stride, extent in zip(index, meta.stride, meta.shape):
+        for e, stride, extent in zip(index, self.plan.strides.get(name, meta.stride), meta.shape):
             if extent > 1:
                 offset = offset + e * stride
         return offset
@@ -279,12 +280,14 @@ def out_pointers(stores: list[str]) -> dict[str, str]:
     return {name: "out_ptr" if len(stores) == 1 else f"out{k}_ptr" for k, name in enumerate(stores)}
 
 
-def needs_wide_index(graph, numel: int, buffers) -> bool:
-    """Whether offsets need int64: the space, or an element offset of some buffer, passes int32."""
+def needs_wide_index(plan, numel: int, buffers) -> bool:
+    """Whether offsets need int64: the space, or an element offset of some buffer (at its plan
+    strides), passes int32."""
     worst = 0
     for name in buffers:
-        meta = graph[name].meta
-        worst = max(worst, sum((s - 1) * st for s, st in zip(meta.shape, meta.stride) if s > 0))
+        meta = plan.graph[name].meta
+        strides = plan.strides.get(name, meta.stride)
+        worst = max(worst, sum((s - 1) * st for s, st in zip(meta.shape, strides) if s > 0))
     return numel > INT32_LIMIT or worst > INT32_LIMIT
 
 

@@ -169,7 +169,7 @@ class MatmulWriter(KernelWriter):
         args = list(self.pointers) + list(outs)
         am, bm = graph[a].meta, graph[b].meta
         m, n, k = meta.shape[-2], meta.shape[-1], am.shape[-1]
-        wide = needs_wide_index(graph, meta.numel, args)
+        wide = needs_wide_index(self.plan, meta.numel, args)
         tiles = matmul_tiles(m, n, k, meta.dtype.itemsize, meta.device)
         if self.kernel.chained:
             tiles = chain_tiles(tiles, n, k)

@@ -142,7 +142,7 @@ class PointwiseWriter(KernelWriter):
         stores, store_offsets = self._store_lines(outs)
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
-        wide = needs_wide_index(self.graph, self.space.numel, args)
+        wide = needs_wide_index(self.plan, self.space.numel, args)
         order = plane_order.choose(self.space.shape, self.load_offsets, self._bytes(args))
         return PointwiseSource(
             kernel=self.kernel,

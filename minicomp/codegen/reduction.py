@@ -269,7 +269,7 @@ class ReductionWriter(ReductionLines, KernelWriter):
             numel=self.xspace.numel,
             header=self._header(),
             body=self._body(),
-            wide_index=needs_wide_index(self.graph, self.xspace.numel * self.extent, args),
+            wide_index=needs_wide_index(self.plan, self.xspace.numel * self.extent, args),
             rblock=self.rblock,
             extent=self.extent,
             groups=-(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0,

@@ -71,7 +71,7 @@ class ScatterWriter(KernelWriter):
     def write(self) -> ScatterSource:
         graph, name = self.graph, self.kernel.stores[0]
         node, meta = graph[name], graph[name].meta
-        wide = needs_wide_index(graph, self.space.numel, [*self.kernel.loads, name])
+        wide = needs_wide_index(self.plan, self.space.numel, [*self.kernel.loads, name])
         root = tuple(self.space.var(k) for k in range(len(self.kernel.shape)))
         op = ops.Op(node, graph, self, root, ())
         at = self.scatter.value_index(graph, root)

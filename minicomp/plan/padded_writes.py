@@ -26,7 +26,7 @@ import dataclasses
 from minicomp.ir import Ref, TensorMeta
 from minicomp.lowering.indexing import contiguous_strides, row_padded_strides
 from minicomp.lowering.ops import VIEWS
-from minicomp.plan.steps import MatmulKernel, Plan, PointwiseKernel, ScatterKernel
+from minicomp.plan.steps import MatmulKernel, Plan, PointwiseKernel, ReductionKernel, ScatterKernel
 
 RESHAPES = {"view", "_unsafe_view", "reshape"}  # views that lay the same elements out in other dims
 
@@ -35,6 +35,7 @@ def written_padded(plan: Plan) -> Plan:
     """`plan` with each such pad's kernel removed and its input written inside the padded buffer."""
     graph = plan.graph
     kept = {o for o in graph.outputs if isinstance(o, str)} | {n for pair in graph.mutations for n in pair}
+    used = _used(graph, kept)
     producer = {name: k for k in plan.kernels for name in k.stores}
     strides, interior, dropped = dict(plan.strides), dict(plan.interior), set()
     for kernel in plan.kernels:
@@ -49,7 +50,7 @@ def written_padded(plan: Plan) -> Plan:
         if (
             set(kernel.loads) != {stored}
             or isinstance(producer[stored], (ScatterKernel, MatmulKernel))
-            or any(not _read_only_through(plan, name, {padded, *chain}, kept) for name in chain)
+            or not _read_only_through(plan, stored, {padded, *chain}, kept, used)
         ):
             continue
         layout = _interior_strides(graph, padded, source, stored, strides)
@@ -86,11 +87,32 @@ def _reshapes(graph, source: str, producer: dict) -> list[str] | None:
     return chain
 
 
-def _read_only_through(plan: Plan, name: str, allowed: set[str], kept: set[str]) -> bool:
-    """Is `name` neither kept past the call nor read by anything but `allowed` (the reshapes down
-    to the pad)? Another kernel reading a view of it would index that view at the strides its
-    meta has, which are not the padded buffer's."""
-    return name not in kept and _live_users(plan.graph, name, kept) <= allowed
+def _read_only_through(plan: Plan, stored: str, chain: set[str], kept: set[str], used: set[str]) -> bool:
+    """Is `stored` kept past the call by nothing, and read by nothing but the reshapes down to the
+    pad and kernels that load it (through views of it inlined in them, or not)? Those index it at
+    its plan strides (codegen/kernel.py `offset_of`): BERT's bias gradient, a column sum of the
+    logits' gradient. A matmul template or a scatter reads its operands at their traced strides,
+    and a view the wrapper makes of it has the traced ones too."""
+    inside = {
+        node
+        for k in plan.kernels
+        if type(k) in (PointwiseKernel, ReductionKernel) and stored in k.loads
+        for node in k.nodes
+    }
+    graph = plan.graph
+
+    def read_inside(name: str) -> bool:
+        for user in (u for u in graph.users(name) if u in used):
+            if user in chain:
+                if graph[user].op_name in RESHAPES and not read_inside(user):
+                    return False
+            elif user in kept or user not in inside:
+                return False
+            elif graph[user].op_name in VIEWS and (user in plan.materialized or not read_inside(user)):
+                return False
+        return True
+
+    return not (chain & kept) and read_inside(stored)
 
 
 def _interior_strides(graph, padded: str, source: str, stored: str, strides: dict) -> tuple[int, ...] | None:
@@ -107,10 +129,15 @@ def _interior_strides(graph, padded: str, source: str, stored: str, strides: dic
     return row_padded_strides(graph[stored].meta.shape, outer.shape[-1])
 
 
-def _live_users(graph, name: str, kept: set[str]) -> set[str]:
-    """The users of `name` whose values are used (a view pad_matmuls left behind, read by
-    nothing, is not: the matmul it fed now reads the padded operand)."""
-    return {u for u in graph.users(name) if u in kept or _live_users(graph, u, kept) or graph[u].op_name not in VIEWS}
+def _used(graph, kept: set[str]) -> set[str]:
+    """The values whose values are used: kept past the call, computed by an op that is not a view,
+    or read by a used value (a view pad_matmuls left behind, read by nothing, is not: the matmul
+    it fed now reads the padded operand). One walk from the last node back."""
+    used: set[str] = set()
+    for name in reversed(graph.order):
+        if name in kept or graph[name].op_name not in VIEWS or any(u in used for u in graph.users(name)):
+            used.add(name)
+    return used
 
 
 def _padded_value(graph, name: str) -> str | None:
