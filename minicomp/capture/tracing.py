@@ -23,7 +23,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
 from minicomp import guards, logs
-from minicomp.capture import meta_trace
+from minicomp.capture import max_pool, meta_trace
 from minicomp.capture.closed_over import ClosedOver, refuse_grad_inside
 from minicomp.capture.functional import functional_temporaries, functionalized, writes_in_place
 from minicomp.capture.outputs import Argument, ArgumentView, Constant, GraphOutput, OutputRecord, Outputs, SameAs
@@ -70,6 +70,8 @@ def decompositions() -> dict:
     # ATen's own var decompositions go to prims; these stay in the aten ops minicomp lowers
     table[aten.var.correction] = _var
     table[aten.var_mean.correction] = _var_mean
+    # max pooling's positions kept as one byte a window (max_pool.py)
+    table[aten.max_pool2d_with_indices.default] = max_pool.max_pool2d_with_indices
     return table
 
 

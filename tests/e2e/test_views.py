@@ -285,3 +285,15 @@ def _recording_backend(seen):
             dynamo.compile_graph = original
 
     return backend
+
+
+def test_a_value_of_the_padding_alone_is_a_tile(device):
+    # the last two columns of the pad lie wholly in the padding: their value is the pad's
+    # constant, written as a tile (a bare Python float made `isnan(v) | ...` a Python bool)
+    x = torch.randn(4, 6, device=device)
+
+    def f(x):
+        tail = torch.nn.functional.pad(x, (0, 4), value=float("-inf"))[..., -2:]
+        return torch.isnan(tail) | (x[..., :2] > 0)
+
+    check(f, x)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from minicomp.ir import Ref, TensorMeta
+from minicomp.ir import Ref, TensorMeta, dtypes
 from minicomp.ir.dtypes import literal
 from minicomp.lowering.indexing import Dyn, Expr, const, contiguous_strides, size
 from minicomp.lowering.ops.core import (
@@ -240,7 +240,10 @@ def constant_pad_nd(op: Op) -> str:
         before = pad[2 * k]
         conds += [op.compare(op.index[d], ">=", before), op.compare(op.index[d], "<", before + meta.shape[d])]
         index[d] = op.index[d] - before
-    return _scatter(op, name, all_of(conds), tuple(index), lambda: literal(op.param("value"), op.compute))
+    inside = all_of(conds)
+    if inside is False:  # the padding alone (a window's offset past x's edge): a tile, not a Python number
+        return f"tl.full({op.tile}, {literal(op.param('value'), op.compute)}, {dtypes.triton_dtype(op.compute)})"
+    return _scatter(op, name, inside, tuple(index), lambda: literal(op.param("value"), op.compute))
 
 
 @indexed("gather")
