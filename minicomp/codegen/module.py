@@ -202,7 +202,7 @@ class _Body:
         for name in step.stores:
             meta = graph[name].meta
             if name in self.plan.interior:  # written inside its padded buffer: plan/padded_writes.py
-                self.inside_padded(name)
+                self.inside_padded(name, reused.get(name))
                 continue
             if name in self.written:
                 self.line(f"{name} = {self.written[name]}  # the input's new value, written in place", {name})
@@ -218,11 +218,22 @@ class _Body:
                 continue
             self.line(f"{name} = {self.empty(meta, self.plan.strides[name])}", {name})
 
-    def inside_padded(self, name: str) -> None:
-        """The padded buffer, its border zeroed, and `name` as the view of its interior."""
+    def inside_padded(self, name: str, host: str | None = None) -> None:
+        """The padded buffer (new, or over the memory of `host`, a donated input the kernel reads
+        for the last time: codegen/reuse.py), its border zeroed, and `name` as the view of its
+        interior."""
         padded = self.plan.interior[name]
         outer, inner = self.graph[padded].meta, self.graph[name].meta
-        self.line(f"{padded} = {self.empty(outer, self.plan.strides[padded])}", {padded})
+        stride = tuple(self.plan.strides[padded])
+        if host:
+            self.runtime_names.add("over_or_empty")
+            self.line(
+                f"{padded} = over_or_empty({host}, {tuple(outer.shape)}, {stride}, {outer.dtype})"
+                f"  # in {host}'s memory: read there, then not again",
+                {padded, host},
+            )
+        else:
+            self.line(f"{padded} = {self.empty(outer, stride)}", {padded})
         for dim, start, length in border(self.plan, name):
             self.line(f"{padded}.narrow({dim}, {start}, {length}).zero_()  # the padding", {padded})
         self.runtime_names.add("reinterpret")

@@ -29,7 +29,13 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
     graph, reused, taken = plan.graph, {}, set()
     for name in source.kernel.stores:
         meta = graph[name].meta
-        if name in storages.kept or name in plan.interior:  # its own tensor, or inside a padded buffer
+        if name in storages.kept:
+            continue
+        if name in plan.interior:  # inside a padded buffer: that buffer over a donated one's memory
+            buffer = _padded_host(plan, source, name, dying, taken)
+            if buffer:
+                reused[name] = buffer
+                taken.add(buffer)
             continue
         for buffer in source.aligned.get(name, ()):
             other = graph[buffer].meta
@@ -48,6 +54,27 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
                 taken.add(buffer)
                 break
     return reused
+
+
+def _padded_host(plan: Plan, source: KernelSource, name: str, dying: list[str], taken: set) -> str | None:
+    """A donated input the kernel reads for the last time, only at `name`'s addresses, laid out as
+    `name` is inside its padded buffer (BERT's saved logits, a row-padded product's slice, take
+    their gradient written inside the padded buffer for the gradient's matmuls): the padded buffer
+    is then made over its memory, where that memory is large enough (the wrapper checks, at run
+    time: `runtime/allocate.py` `over_or_empty`)."""
+    meta = plan.graph[name].meta
+    for buffer in source.aligned.get(name, ()):
+        other = plan.graph[buffer].meta
+        if (
+            buffer in dying
+            and buffer in plan.donated
+            and buffer not in taken
+            and isinstance(other, TensorMeta)
+            and (other.shape, other.dtype, other.device) == (meta.shape, meta.dtype, meta.device)
+            and tuple(other.stride) == tuple(plan.strides[name])
+        ):
+            return buffer
+    return None
 
 
 def written_in_place(plan: Plan, storages: Storages, source: KernelSource, at: int) -> dict[str, str]:

@@ -98,10 +98,16 @@ def _aliased(node) -> str | None:
 
 def exclusive_outputs(plan: Plan) -> frozenset[str]:
     """Graph outputs whose memory is theirs alone: owned (no view of another value, not inside a
-    padded buffer), reached by no other value, no input, returned once. A forward's saved
-    activation of this kind is memory its backward may take over (dispatch/dynamo.py `donated`)."""
+    padded buffer), reached by no other value, no input, returned once; or the one output that
+    views memory the call made, where no other output reaches that memory (a padded product's
+    slice, saved for the backward: plan/pad_matmuls.py). A forward's saved activation of this kind
+    is memory its backward may take over (dispatch/dynamo.py `donated`)."""
     storages = Storages.of(plan)
     outputs = [o for o in plan.graph.outputs if isinstance(o, str)]
+    reach = [storages.owner.get(o, o) for o in outputs]
+    made = {name for step in plan.steps for name in defines(step)}  # no input, constant or padded buffer
     return frozenset(
-        o for o in outputs if storages.owns_memory(o) and o not in storages.inputs and outputs.count(o) == 1
+        o
+        for o, base in zip(outputs, reach)
+        if base in made and reach.count(base) == 1 and (storages.owns_memory(o) or base != o)
     )

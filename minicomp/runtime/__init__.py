@@ -21,7 +21,7 @@ graph_capture.py   ... their device side: side stream, memory pool, warm-up and 
 graph_outputs.py   ... what a replay hands back: outputs uncopied, held ones moved out
 """
 
-from minicomp.runtime.allocate import empty_cuda, reinterpret
+from minicomp.runtime.allocate import empty_cuda, over_or_empty, reinterpret
 from minicomp.runtime.externs import ExternMismatch, aligned, conform
 from minicomp.runtime.launch import Launch, Reentered, interpreting
 from minicomp.runtime.launch_spec import CombinedLaunch, MatmulLaunch, PointwiseLaunch, ReductionLaunch, ScatterLaunch
@@ -35,6 +35,7 @@ __all__ = [
     "aligned",
     "conform",
     "empty_cuda",
+    "over_or_empty",
     "reinterpret",
     "PointwiseLaunch",
     "ReductionLaunch",

@@ -34,3 +34,12 @@ def reinterpret(base: torch.Tensor, shape: tuple, stride: tuple, offset: int) ->
     if _fast_view is not None:
         return _fast_view(base, shape, stride, offset)
     return base.as_strided(shape, stride, base.storage_offset() + offset)
+
+
+def over_or_empty(base: torch.Tensor, shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """A buffer of `shape` and `stride` over `base`'s memory from its storage's start, where that
+    memory holds it (a donated saved value whose storage is a whole padded product); else new."""
+    need = (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * dtype.itemsize if all(shape) else 0
+    if base.dtype == dtype and base.storage_offset() == 0 and base.untyped_storage().nbytes() >= need:
+        return base.as_strided(shape, stride, 0)
+    return torch.empty_strided(shape, stride, dtype=dtype, device=base.device)

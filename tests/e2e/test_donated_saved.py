@@ -123,3 +123,50 @@ def test_logits_of_a_three_dim_linear_take_their_gradient(sources):
     assert "# in mm's memory: read there, then not again" in _backward_source(sources)
     for a, b in zip(got, _grads(lambda h, w: f(h, w, y), [h, w])):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_a_padded_products_gradient_goes_into_its_saved_slice(sources, retain):
+    """BERT's head: logits of an odd vocabulary with a bias, from a padded product saved as its
+    slice (plan/pad_matmuls.py). Their gradient is written inside a padded buffer for the two
+    gradient matmuls and read by the bias gradient; that buffer is made over the saved product's
+    memory (its slice the kernel reads for the last time, at the gradient's addresses). Under
+    retain_graph a second backward of the same loss reads the saved values intact."""
+    from minicomp import config
+
+    def f(h, w, b, y):
+        return F.cross_entropy(F.linear(h, w, b).flatten(0, 1), y)
+
+    leaves = _leaves((2, 3, 16), (37, 16), (37,))
+    y = torch.randint(0, 37, (6,), generator=torch.Generator().manual_seed(3))
+    want = _grads(lambda *t: f(*t, y), leaves)
+    with config.override(pad_matmuls="always"):
+        compiled = torch.compile(f, backend="minicomp")
+        for _ in range(2):  # a second step: the saved memory of a fresh forward
+            for leaf in leaves:
+                leaf.grad = None
+            loss = compiled(*leaves, y)
+            loss.backward(retain_graph=retain)
+            if retain:
+                for leaf in leaves:
+                    leaf.grad = None
+                loss.backward()
+            for leaf, want_grad in zip(leaves, want):
+                torch.testing.assert_close(leaf.grad, want_grad)
+    assert "over_or_empty(addmm, " in _backward_source(sources)
+
+
+def test_a_padded_buffer_over_memory_too_small_is_new():
+    # the wrapper makes the padded buffer over the donated value's memory only where that memory
+    # holds it from its start; else new memory (the donated value untouched)
+    from minicomp.runtime import over_or_empty
+
+    def shares(out, base):
+        return out.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+
+    whole = torch.zeros(6, 40)
+    assert shares(over_or_empty(whole[:, :37], (6, 40), (40, 1), torch.float32), whole)
+    small = torch.zeros(6 * 40 - 3)
+    assert not shares(over_or_empty(small.as_strided((6, 37), (40, 1)), (6, 40), (40, 1), torch.float32), small)
+    shifted = torch.zeros(6 * 40 + 1)[1:]
+    assert not shares(over_or_empty(shifted.as_strided((6, 37), (40, 1)), (6, 40), (40, 1), torch.float32), shifted)
