@@ -37,9 +37,11 @@ from minicomp.runtime import compile_pool
 _graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
 
 
-def _compiler(role: str, families: Families, settings: dict, forward: dict, graphs=None):
+def _compiler(role: str, families: Families, settings: dict, forward: dict, graphs=None, inference: bool = False):
     """`forward` carries the forward graph to the backward's compile (its saved activations);
-    `graphs` (runtime/graphs.py) records CUDA graphs of what it compiles, when asked for."""
+    `graphs` (runtime/graphs.py) records CUDA graphs of what it compiles, when asked for.
+    `inference`: a forward no backward follows, whose outputs may come out at the strides its
+    plan gives them, as Inductor's do (a padded product's slice: plan/pad_matmuls.py)."""
 
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         name = f"dynamo_graph{next(_graph_ids)}_{role}"
@@ -64,6 +66,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
         layouts = input_layouts(forward["gm"]) if backward else None
         checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []
         any_layout = saved_layouts.any_layout(gm) if role == "forward" else frozenset()
+        if inference:
+            any_layout |= _output_names(gm)
         donated = frozenset()  # saved values the backward may write over (donations.py)
         if backward:
             donated = donations.donated(forward["gm"], gm, _saved_count(forward), forward.get("exclusive", frozenset()))
@@ -163,6 +167,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
     compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings, forward, graphs),
         bw_compiler=_compiler("backward", families, settings, forward, graphs),
+        inference_compiler=_compiler("forward", families, settings, forward, graphs, inference=True),
         partition_fn=partition,  # saves no views: they were copied out of the forward by a kernel each
         decompositions=capture.decompositions(),
         keep_inference_input_mutations=True,  # a buffer's update (batch norm's running stats) in the graph
@@ -228,6 +233,12 @@ def _graphed(graphs, run, name: str, role: str, gm: torch.fx.GraphModule, forwar
         return i in fixed or isinstance(t, torch.nn.Parameter)
 
     return graphs.wrap(run, name, static=static, saved=lambda: _saved_count(forward))
+
+
+def _output_names(gm: torch.fx.GraphModule) -> frozenset[str]:
+    """The names of the values `gm` returns."""
+    outputs = next(reversed(gm.graph.find_nodes(op="output"))).args[0]
+    return frozenset(n.name for n in outputs if isinstance(n, torch.fx.Node))
 
 
 def _saved_count(forward: dict) -> int:

@@ -78,11 +78,14 @@ class _Rewriter:
         self.made: dict[tuple, str] = {}  # (op, source, arguments) -> the node made for it: shared pads
         self.padded = 0
         self.outputs = {o for o in graph.outputs if isinstance(o, str) and o not in any_layout}
+        self.restrided: dict[str, TensorMeta] = {}  # a view of a slice left strided: its strides now
 
     def visit(self, node: Node) -> None:
         sizes = None if node.is_input else _sizes(node, self.graph)
         pads = None if sizes is None else _pads(node, self.graph, sizes)
         if not pads or not self._pays(node, sizes, pads):
+            if node.name in self.restrided:
+                node = Node(node.name, node.target, node.args, dict(node.kwargs), self.restrided[node.name])
             self.nodes.append(node)
             return
         self.padded += 1
@@ -149,7 +152,11 @@ class _Rewriter:
         shape = out.shape[:-2] + (out.shape[-2] + pad_m, out.shape[-1] + pad_n)
         padded = TensorMeta(shape, tuple(contiguous_strides(list(shape))), out.dtype, out.device)
         result = self._append(self._fresh(f"{node.name}_padded"), node.target, args, node.kwargs, padded)
-        copy_out = pad_n and not self._read_in_kernels(node.name)  # strided: copied out for ATen and the caller
+        sliced = TensorMeta(out.shape, tuple(contiguous_strides(list(shape))), out.dtype, out.device)
+        views: dict[str, TensorMeta] = {}
+        copy_out = pad_n and not self._read_in_kernels(node.name, sliced, views)  # copied out for ATen and the caller
+        if not copy_out:
+            self.restrided.update(views)
         for i, (dim, _) in enumerate(cuts):
             meta = self._meta(result)
             cut = TensorMeta(
@@ -161,16 +168,26 @@ class _Rewriter:
         if copy_out:
             self._append(node.name, aten.clone.default, (Ref(result),), {}, out)
 
-    def _read_in_kernels(self, name: str) -> bool:
-        """Is every use of `name` a kernel's read (through views, which a kernel reads at any
-        strides), never an ATen call's or the caller's, which would see the padded row stride
-        (an ATen `view` of it may not exist)?"""
+    def _read_in_kernels(self, name: str, meta: TensorMeta, views: dict[str, TensorMeta]) -> bool:
+        """Is every use of `name` (laid out as `meta`: the padded product's slice) a kernel's read
+        (through views, which a kernel reads at any strides) or an output that may come out at any
+        strides (`any_layout`), never an ATen call's or the caller's, which would see the padded
+        row stride? A view on the way to such an output is taken of the strided slice, as torch
+        would take it (its strides recorded for the rewrite: `restrided`); where torch could not
+        take it, the slice is copied out."""
         if name in self.outputs:
             return False
         for user in self.graph.users(name):
-            kind = ops.classify(self.graph[user], self.graph)[0]
-            if kind is NodeKind.EXTERN or (kind is NodeKind.VIEW and not self._read_in_kernels(user)):
+            node = self.graph[user]
+            kind = ops.classify(node, self.graph)[0]
+            if kind is NodeKind.EXTERN:
                 return False
+            if kind is NodeKind.VIEW:
+                viewed = _viewed(node, name, meta)
+                if viewed is None or not self._read_in_kernels(user, viewed, views):
+                    return False
+                if viewed.stride != node.meta.stride:
+                    views[user] = viewed
         return True
 
     def _pad(self, name: str, pad: tuple[int, ...]) -> str:
@@ -227,6 +244,23 @@ class _Rewriter:
             if n.name == name:
                 return n.meta
         return self.graph[name].meta
+
+
+def _viewed(node: Node, source: str, meta: TensorMeta) -> TensorMeta | None:
+    """`node`'s value (a view op of `source`) where `source` is laid out as `meta`, as torch takes
+    the view of such a tensor on the meta device; None where it cannot (a view that would need a
+    copy) or the op takes another tensor too."""
+    if node.inputs() != [source] or not isinstance(node.meta, TensorMeta):
+        return None
+    base = torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype, device="meta")
+    args = tuple(base if isinstance(a, Ref) else a for a in node.args)
+    try:
+        value = node.target(*args, **node.kwargs)
+    except (RuntimeError, ValueError):  # "view size is not compatible", "Cannot view a tensor"
+        return None
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(node.meta.shape):
+        return None
+    return TensorMeta(node.meta.shape, tuple(value.stride()), node.meta.dtype, node.meta.device)
 
 
 def _sizes(node: Node, graph: Graph) -> tuple[int, int, int] | None:

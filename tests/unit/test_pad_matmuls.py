@@ -148,3 +148,37 @@ def test_padding_is_timed_on_real_tensors_inside_a_trace(tmp_path, monkeypatch):
     padded = (((8192, 1024), (1024, 1)), ((1024, 50264), (1, 1024)))
     with FakeTensorMode():
         assert padding_pays("mm", torch.bfloat16, torch.device("cuda"), plain, padded, [plain[1]])
+
+
+@pytest.mark.parametrize(
+    "head, stride",
+    [
+        (lambda h, w, b: F.linear(h, w, b), (120, 40, 1)),  # [2, 3, 37] over the [6, 40] product
+        (lambda h, w, b: F.linear(h, w, b).transpose(0, 1), (40, 120, 1)),
+        (lambda h, w, b: F.linear(h, w, b).flatten(), (1,)),  # no view of the strided slice: copied out
+    ],
+)
+def test_an_inference_output_comes_out_at_the_padded_stride(always, head, stride):
+    # through torch.compile a forward no backward follows returns a padded product's slice (and
+    # views torch can take of it) uncopied, as Inductor does: the logits of an odd vocabulary
+    h, w, b = torch.randn(2, 3, 16), torch.randn(37, 16), torch.randn(37)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(head, backend="minicomp")(h, w, b)
+    assert out.stride() == stride
+    torch.testing.assert_close(out, head(h, w, b))
+
+
+def test_a_training_forward_returns_eagers_layout(always):
+    # the logits a training forward returns beside its loss keep eager's strides
+    h, w = torch.randn(2, 3, 16), torch.randn(37, 16, requires_grad=True)
+    y = torch.randint(0, 37, (6,))
+
+    def f(h, w):
+        logits = F.linear(h, w)
+        return F.cross_entropy(logits.flatten(0, 1), y), logits
+
+    torch._dynamo.reset()
+    loss, logits = torch.compile(f, backend="minicomp")(h, w)
+    assert logits.stride() == (111, 37, 1)
+    torch.testing.assert_close(logits, F.linear(h, w))
