@@ -116,9 +116,10 @@ def held_mib(before, after) -> dict:
     return dict(held_mib=(after[0] - before[0]) / 2**20, held_reserved_mib=(after[1] - before[1]) / 2**20)
 
 
-def kernels(run, device: str) -> tuple[int | None, list]:
-    """(GPU activities in one step, the 10 longest by name as [us, count, name]); on the CPU the
-    profiler's ops by own time instead, and no count."""
+def kernels(run, device: str) -> tuple[int | None, list, float | None]:
+    """(GPU activities in one step, the 10 longest by name as [us, count, name], the ms the GPU
+    was busy: the union of their time ranges); on the CPU the profiler's ops by own time instead,
+    no count and no busy time."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device == "cuda"
@@ -136,7 +137,19 @@ def kernels(run, device: str) -> tuple[int | None, list]:
         total[0] += us
         total[1] += 1
     top = sorted(([round(us, 1), n, name[:160]] for name, (us, n) in by_name.items()), reverse=True)[:10]
-    return (len(times) if cuda else None), top
+    if not cuda:
+        return None, top, None
+    return len(times), top, busy_ms([(e.time_range.start, e.time_range.end) for e in events])
+
+
+def busy_ms(ranges: list[tuple[float, float]]) -> float:
+    """Milliseconds covered by at least one of the (start, end) ranges in microseconds."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(ranges):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 1e3
 
 
 def sample(out) -> torch.Tensor:
@@ -178,10 +191,13 @@ def child(job: dict) -> None:
         first_s, out = timed_s(run, device)
         out = sample(out)
         emit(first_s=first_s, **_dynamo_counts(caught))
-        emit(ms=median_ms(run, device), peak_mib=peak_mib(run, device))
+        ms = median_ms(run, device)
+        emit(ms=ms, peak_mib=peak_mib(run, device))
         emit(**held_mib(before, held(device)))
-        count, top = kernels(run, device)
+        count, top, busy = kernels(run, device)
         emit(kernels=count, top=top, **_dynamo_counts(caught))
+        if busy is not None:  # the rest of a step is the host's: launches, Python, allocation
+            emit(gpu_ms=busy, host_ms=max(0.0, ms - busy))
         if step == "infer" and spec.decoder:
             emit(**new_lengths(spec, s, task, fn, device, dtype))
         del run, fn, task, args, kwargs, target

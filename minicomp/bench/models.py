@@ -36,7 +36,9 @@ Columns of a row:
 - second_len_s, new_len_s (`infer` of decoders): a call at length S-1, then one at S-2, the third
   length (issue #42's cost of a new length);
 - kernels: GPU activities (kernels, copies, memsets) of one step, torch.profiler; top: the 10
-  longest of them by name (us per step, count);
+  longest of them by name (us per step, count); gpu_ms: the time that step's GPU was busy (the
+  union of its activities' time ranges); host_ms: the median step less gpu_ms (launches, Python,
+  allocation: issue #39's host time without graphs);
 - peak_mib: torch.cuda.max_memory_allocated during a step, above what was allocated before it
   (train: gradients are set to None at the end of each step, so they count in the peak);
 - held_mib, held_reserved_mib: memory the compiled step keeps between calls (allocated, and
@@ -44,7 +46,7 @@ Columns of a row:
   compiled: a graphed row's memory pool (issue #39 compares it with reduce-overhead's);
 - err: max |output - eager's| (train: the loss; else the logits, at most 2**20 evenly strided
   values); err_fp32: the same against float32 eager of the same (bf16-rounded) weights and inputs;
-- x_inductor (minicomp rows): minicomp / Inductor of ms, first_s, peak_mib and held_mib; x_inductor_ro the
+- x_inductor (minicomp rows): minicomp / Inductor of ms, first_s, peak_mib, held_mib and host_ms; x_inductor_ro the
   same against reduce-overhead (decode rows);
 - fallbacks: minicomp's warnings of graphs run eagerly (their first lines); graphs and
   graph_breaks: Dynamo's counters.
@@ -142,14 +144,14 @@ def _last_error(stderr: str) -> str:
 
 def add_ratios(rows: list[dict]) -> None:
     """x_inductor (and x_inductor_ro) on minicomp rows: minicomp / Inductor of ms, first_s, peak_mib,
-    held_mib."""
+    held_mib, host_ms."""
     by_key = {(r["model"], r["step"], r["variant"]): r for r in rows}
     for row in rows:
         if row["variant"] not in ("minicomp", "minicomp-graphs"):
             continue
         for base, key in (("inductor", "x_inductor"), ("inductor-ro", "x_inductor_ro")):
             other = by_key.get((row["model"], row["step"], base), {})
-            measures = ("ms", "first_s", "peak_mib", "held_mib")
+            measures = ("ms", "first_s", "peak_mib", "held_mib", "host_ms")
             ratios = {m: row[m] / other[m] for m in measures if row.get(m) and other.get(m)}
             if ratios:
                 row[key] = ratios
@@ -157,6 +159,7 @@ def add_ratios(rows: list[dict]) -> None:
 
 COLUMNS = [
     ("model", "model"), ("step", "step"), ("variant", "variant"), ("ms", "ms"), ("x_inductor", "x Ind"),
+    ("gpu_ms", "GPU ms"), ("host_ms", "host ms"),
     ("first_s", "first s"), ("import_s", "import s"), ("new_len_s", "new len s"), ("kernels", "kernels"),
     ("peak_mib", "peak MiB"), ("err", "err"), ("err_fp32", "err fp32"), ("status", "status"),
 ]  # fmt: skip

@@ -102,3 +102,11 @@ def test_bench_models_is_the_model_suite(tmp_path, capsys):
     assert rows[3]["x_inductor_ro"] == {"ms": 0.26 / 0.37}
     assert plot(rows, tmp_path / "models.png").stat().st_size > 0
     assert plot(rows[:1], tmp_path / "none.png") is None  # no minicomp row: no plot
+
+
+def test_gpu_busy_time_is_the_union_of_activity_ranges():
+    # overlapping and nested activities count once; a gap between them is the host's
+    from minicomp.bench.model_row import busy_ms
+
+    assert busy_ms([(0, 1000), (500, 1500), (600, 700), (3000, 3500)]) == 2.0
+    assert busy_ms([]) == 0.0
