@@ -69,7 +69,7 @@ def main(name: str, variant: str) -> None:
         group = groups.setdefault(where(event), [0, 0])
         group[0] += event["size"]
         group[1] += 1
-    for line, (size, count) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:int(os.environ.get("TOP", 14))]:
+    for line, (size, count) in sorted(groups.items(), key=lambda kv: -kv[1][0])[: int(os.environ.get("TOP", 14))]:
         print(f"  {size / 2**20:8.1f} MiB in {count:3d} blocks  {line}")
 
 
