@@ -4,7 +4,8 @@
 
 MODEL: a key of minicomp/bench/model_specs.MODELS; VARIANT: minicomp or inductor. Prints the peak
 above what was allocated before the step, then the blocks alive at the peak grouped by the line of
-the generated module (or library) that allocated them, largest first. The GPU only.
+the generated module (or library) that allocated them, largest first (env TOP: how many groups,
+14 by default). The GPU only.
 """
 
 import importlib
