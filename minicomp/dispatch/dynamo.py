@@ -26,11 +26,12 @@ import threading
 import torch
 from functorch.compile import make_boxed_func
 
-from minicomp import capture, config, runtime
+from minicomp import capture, config
 from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
 from minicomp.dispatch import donations, fallback, row_regions, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
+from minicomp.dispatch.guarded_calls import checked_first_call, eager_when_reentered
 from minicomp.pipeline import compile_graph
 from minicomp.runtime import compile_pool
 
@@ -60,7 +61,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             def compile_static(static: torch.fx.GraphModule, input_names: list[str]):
                 with config.override(**settings):
                     compiled = compile_graph(static, name, input_names, families=families, freed_inputs=saved)
-                return _eager_when_reentered(compiled.boxed, compiled, static)
+                return eager_when_reentered(compiled.boxed, compiled, static)
 
             return _graphed(graphs, specialize.Specializing(gm, compile_static, fail), name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
@@ -86,7 +87,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
                 forward["saved_layouts"] = saved_layouts.produced(gm, compiled)
                 forward["exclusive"] = donations.exclusive_outputs(compiled.plan)
-            run = _eager_when_reentered(_checked_first_call(compiled, gm, fail, name), compiled, gm)
+            run = eager_when_reentered(checked_first_call(compiled, gm, fail, name), compiled, gm)
             run = donations.kept(saved_layouts.conformed(run, checks), gm, donated)
             return _graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
@@ -94,61 +95,6 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             return make_boxed_func(gm.forward)
 
     return compile_fn
-
-
-def _checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):
-    """`compiled.boxed`, whose first call runs the graph as Dynamo captured it (under the fallback
-    policy, and every later call too) when it fails: an extern call's real output of another shape
-    than its meta kernel said (runtime/externs.py: raised before anything is written), or a kernel
-    that fails to compile or launch at its first call (a Triton error). A module that writes into
-    an input may have written some of it by then, so it does not run again: the error says so.
-    Later calls cost a Python call more."""
-    boxed = compiled.boxed
-    writes_inputs = bool(compiled.graph.mutations)
-    eager = None  # the captured graph, once a first call failed
-    first = True
-
-    def run(args):
-        nonlocal eager, first
-        if not first:
-            return boxed(args) if eager is None else eager(args)
-        first, kept = False, list(args)  # `boxed` empties the list
-        try:
-            return boxed(args)
-        except runtime.ExternMismatch as err:
-            fail(err)
-        except runtime.Reentered:  # (_eager_when_reentered's: this call alone runs eagerly)
-            raise
-        except Exception as err:  # noqa: BLE001 - a kernel that did not compile: the captured graph instead
-            if writes_inputs:
-                raise fallback.CompileError(
-                    f"{fallback.describe(name, err)} Its first call failed, and it writes into an input, "
-                    "which it may have written already: the call is not repeated eagerly."
-                ) from err
-            fail(err)
-        eager = make_boxed_func(gm.forward)
-        return eager(kept)
-
-    run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
-    return run
-
-
-def _eager_when_reentered(boxed, compiled, gm: torch.fx.GraphModule):
-    """`boxed`, which runs the graph as Dynamo captured it when it is called (from a signal handler,
-    a GC callback, a `__del__`) while this thread interprets another kernel (runtime.Reentered,
-    raised before anything is written). Only a module of Triton's interpreter (CPU) is wrapped."""
-    if not compiled.interpret:
-        return boxed
-
-    def run(args):
-        kept = list(args)  # `boxed` empties the list
-        try:
-            return boxed(args)
-        except runtime.Reentered:
-            return gm.forward(*kept)
-
-    run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
-    return run
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, mode: str | None = None):
