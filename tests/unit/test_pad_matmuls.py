@@ -182,3 +182,26 @@ def test_a_training_forward_returns_eagers_layout(always):
     loss, logits = torch.compile(f, backend="minicomp")(h, w)
     assert logits.stride() == (111, 37, 1)
     torch.testing.assert_close(logits, F.linear(h, w))
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        lambda y: (y, y.transpose(0, 1), y[..., :5]),  # outputs that view one another
+        lambda y: (y[:, 1], y),
+        lambda y: (y.flatten(0, 1), y.flatten(0, 1).t()),
+    ],
+)
+def test_inference_outputs_viewing_one_another_keep_eagers_values(always, head):
+    # AOTAutograd rebuilds an output that aliases another from it: at the padded strides too
+    h, w, b = torch.randn(2, 3, 16), torch.randn(37, 16), torch.randn(37)
+
+    def f(h, w, b):
+        return head(F.linear(h, w, b))
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        outs = torch.compile(f, backend="minicomp")(h, w, b)
+    for mine, eager in zip(outs, f(h, w, b)):
+        assert mine.shape == eager.shape
+        torch.testing.assert_close(mine, eager)
