@@ -168,14 +168,14 @@ class _Rewriter:
         if copy_out:
             self._append(node.name, aten.clone.default, (Ref(result),), {}, out)
 
-    def _read_in_kernels(self, name: str, meta: TensorMeta, views: dict[str, TensorMeta]) -> bool:
+    def _read_in_kernels(self, name: str, meta: TensorMeta | None, views: dict[str, TensorMeta]) -> bool:
         """Is every use of `name` (laid out as `meta`: the padded product's slice) a kernel's read
         (through views, which a kernel reads at any strides) or an output that may come out at any
         strides (`any_layout`), never an ATen call's or the caller's, which would see the padded
-        row stride? A view on the way to such an output is taken of the strided slice, as torch
-        would take it (its strides recorded for the rewrite: `restrided`); where torch could not
-        take it, the slice is copied out."""
-        if name in self.outputs:
+        row stride? A view on the way to such an output is taken of the strided slice as torch
+        takes it (its strides recorded in `views`, for the rewrite); a view torch could not take
+        (`meta` None below it) may still be read by kernels, not handed to the caller."""
+        if name in self.outputs or (meta is None and name in self.graph.outputs):
             return False
         for user in self.graph.users(name):
             node = self.graph[user]
@@ -183,10 +183,10 @@ class _Rewriter:
             if kind is NodeKind.EXTERN:
                 return False
             if kind is NodeKind.VIEW:
-                viewed = _viewed(node, name, meta)
-                if viewed is None or not self._read_in_kernels(user, viewed, views):
+                viewed = None if meta is None else _viewed(node, name, meta)
+                if not self._read_in_kernels(user, viewed, views):
                     return False
-                if viewed.stride != node.meta.stride:
+                if viewed is not None and viewed.stride != node.meta.stride:
                     views[user] = viewed
         return True
 

@@ -205,3 +205,15 @@ def test_inference_outputs_viewing_one_another_keep_eagers_values(always, head):
     for mine, eager in zip(outs, f(h, w, b)):
         assert mine.shape == eager.shape
         torch.testing.assert_close(mine, eager)
+
+
+def test_a_view_torch_cannot_take_of_the_slice_is_still_read_in_kernels(always):
+    # the flattened logits are no view of the row-padded slice, but a kernel reads them by index:
+    # the slice stays a view of the padded product, not copied out
+    h, w = torch.randn(6, 16), torch.randn(37, 16)
+
+    def f(h, w):
+        return torch.softmax((h @ w.t()).view(-1), 0)
+
+    source = check(f, h, w)
+    assert "aten.clone" not in source and "mm_padded" in source
