@@ -62,12 +62,13 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     # beats it) points at its first element inside x, as eager's does
     first = _first_inside(oh, ow, (kh, kw), (sh, sw), (ph, pw), (dh, dw), x.device)
     offset = torch.where((offset == 0) & (best == float("-inf")), first.to(torch.int8), offset)
-    return best, offsets_to_indices(offset, (oh, ow), (kw,), (sh, sw), (ph, pw), (dh, dw), width)
+    return best, offsets_to_indices(offset, (oh, ow), kw, (sh, sw), (ph, pw), (dh, dw), width)
 
 
-def offsets_to_indices(offset, out_size, kernel_width, stride, padding, dilation, width: int):
-    """Where each window's maximum lies in its [H, W] plane (h * W + w, int64), from its offset."""
-    (oh, ow), (kw,), (sh, sw), (ph, pw), (dh, dw) = out_size, kernel_width, stride, padding, dilation
+def offsets_to_indices(offset, out_size, kw: int, stride, padding, dilation, width: int):
+    """Where each window's maximum lies in its [H, W] plane (h * W + w, int64), from its offset
+    (row-major in a window `kw` wide)."""
+    (oh, ow), (sh, sw), (ph, pw), (dh, dw) = out_size, stride, padding, dilation
     k = offset.to(torch.int64)
     rows = torch.arange(oh, device=offset.device).view(oh, 1) * sh - ph
     cols = torch.arange(ow, device=offset.device) * sw - pw
