@@ -46,6 +46,13 @@ def key(text: str) -> str | None:
     return hashlib.sha256(f"{digest}\n{launch}".encode()).hexdigest()
 
 
+def renamed_digest(text: str) -> str | None:
+    """SHA-256 of the functions in `text` with the names they define numbered in order of
+    appearance (what `key` compares), None when it does not parse (codegen/families.py's members)."""
+    functions = _functions(text)
+    return None if functions is None else functions[0]
+
+
 _LAUNCH = re.compile(r"^(\w+) = Launch\(")
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 

@@ -24,10 +24,18 @@ otherwise compile a binary per class of each size's value (== 1, a multiple of
 runs as fast (RoPE at S = 2048 after 1024 and 1531, bf16, H200: 131.9 against
 131.8 us specialized).
 
+Members are compared up to the names of their locals (parameters and the
+temporaries their lines assign: `alpha_key`, alike.py's renaming): the same function traced again
+(Dynamo's dynamic graph after its static one) names its values anew (`add_6` for
+`add`), and such a member is served the first member's text, its arguments
+passed in the same order. A kind whose launch fields name its parameters (a
+matmul template's operand pointers) is compared by its text as written.
+
 This is Inductor's "automatic dynamic" (static first, dynamic once a size is
 seen to change) done on generated text instead of symbolic shapes. The families
 belong to whoever compiles: each `minicomp.jit` function has its own
-(`Families`), so what one function saw never changes another's code.
+(`Families`), and through `torch.compile` so has each function Dynamo traces
+(dispatch/frame_families.py), so what one function saw never changes another's code.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from minicomp import logs
+from minicomp.codegen import alike
 from minicomp.codegen.kernel import KernelSource
 from minicomp.lowering.indexing import SIZE, resolve_sizes
 
@@ -50,6 +59,8 @@ class Family:
     """Kernels with one skeleton; `groups` are the literal positions made runtime sizes."""
 
     first: tuple[int, ...]  # the literals of the first member
+    between: list[str] = field(default_factory=list)  # the first member's text around its sizes, in its names
+    params: list[str] = field(default_factory=list)  # and its pointer parameters
     seen: list[tuple[int, ...]] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
 
@@ -90,11 +101,14 @@ class Families:
         between = [text[: spans[0][0]] if spans else text]  # the skeleton: the text around the sizes
         for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), None)]):
             between.append(text[end:nxt])
-        key = (source.name, source.wide_index, tuple(between))
+        key = (source.name, source.wide_index, alpha_key(source, between))
         with self._lock:
-            family = self._families.setdefault(key, Family(literals))
-            if literals == family.first:  # the first member keeps its constants
-                return resolved(source)
+            family = self._families.setdefault(key, Family(literals, between, list(source.params)))
+            if literals == family.first:  # the first member keeps its constants (and its names)
+                if between == family.between and source.params == family.params:
+                    return resolved(source)
+                text = "".join(p for pair in zip(family.between, [*map(str, literals), ""]) for p in pair)
+                return replace(source, params=family.params, body=text.split("\n"))
             values = family.values(literals)
             if values is None:
                 family.widen(literals)
@@ -107,18 +121,33 @@ class Families:
             groups = family.groups
         names = [f"s{i}" for i in range(len(groups))]
         name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
-        pieces = [between[0]]
+        pieces = [family.between[0]]
         for p, literal in enumerate(literals):
-            pieces += [name_at.get(p, str(literal)), between[p + 1]]
+            pieces += [name_at.get(p, str(literal)), family.between[p + 1]]
         sizes = ", ".join(f"{n} = {v}" for n, v in zip(names, values))
         return replace(
             source,
+            params=family.params,
             body="".join(pieces).split("\n"),
             sizes=names,
             size_values=values,
             unspecialized=names,  # one binary for every value: Triton would compile one per class
             header=source.header + [f"  runtime sizes: {sizes} (a kernel family, codegen/families.py)"],
         )
+
+
+def alpha_key(source: KernelSource, between: list[str]) -> tuple[str, ...] | str:
+    """The text around a kernel's sizes up to a one-to-one renaming of its locals (its pointer
+    parameters, the names its lines assign), as alike.py compares kernels: equal for two kernels
+    exactly when one is the other renamed, so one's text computes what the other's would, given
+    its arguments in the same order. Names its lines only read (`tl`, the template's `offsets`,
+    helpers such as `_sum`) stay as written; so does all of a kind whose launch fields name its
+    parameters (`renamable` False), and a body that does not parse."""
+    if not source.renamable:
+        return tuple(between)
+    lines = "0".join(between).split("\n")  # (each size as 0: the skeleton)
+    function = f"def _kernel({', '.join(source.params)}):\n" + "\n".join("    " + line for line in lines)
+    return alike.renamed_digest(function) or tuple(between)
 
 
 def resolved(source: KernelSource) -> KernelSource:

@@ -39,6 +39,7 @@ class KernelSource:
 
     kind: ClassVar[str]  # the kernel kind, as KernelCall reports it
     template: ClassVar[str]  # its template in templates/
+    renamable: ClassVar[bool] = True  # its text may serve a family member that names its locals otherwise
 
     kernel: Kernel
     name: str

@@ -58,6 +58,7 @@ class MatmulSource(KernelSource):
 
     kind: ClassVar[str] = "matmul"
     template: ClassVar[str] = "matmul.py.j2"
+    renamable: ClassVar[bool] = False  # a_pointer, b_pointer name its parameters
 
     batch: int
     m: int

@@ -7,6 +7,8 @@ modules.py        JitModule: a module's forward with its parameters as inputs
 autograd.py       training: AOTAutograd's forward and backward graphs, both compiled
 training_call.py  the lean autograd.Function a training call runs through
 dynamo.py         torch.compile(backend="minicomp")
+frame_families.py the kernel families of a function Dynamo compiles, shared by its recompiles
+guarded_calls.py  a Dynamo graph's first call that fails, run as captured instead
 donations.py      the saved activations a backward may write over (donated buffers)
 row_regions.py    a matmul whose product only row reductions read (a loss), found and rewritten to chunks
 chunked_rows.py   the op that computes such a region a chunk of rows at a time, and its backward

@@ -9,7 +9,8 @@ registers this function under the `torch_dynamo_backends` entry point
 without installing, pass the function: `torch.compile(model, backend=minicomp.dispatch.dynamo.backend)`.
 
 A graph with dynamic sizes (Dynamo's automatic dynamic shapes, from a function's
-second size on) is compiled once per concrete size (specialize.py). A graph
+second size on) is compiled once per concrete size (specialize.py), its kernels in the families
+of the function's first graph (frame_families.py: the third size compiles no new kernel text). A graph
 minicomp cannot compile (an op it cannot trace) runs as Dynamo captured it,
 under the fallback policy (fallback.py: a warning by default,
 MINICOMP_FALLBACK=raise makes it an error). The forward and backward of one
@@ -29,7 +30,7 @@ from functorch.compile import make_boxed_func
 from minicomp import capture, config
 from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
-from minicomp.dispatch import donations, fallback, row_regions, saved_layouts
+from minicomp.dispatch import donations, fallback, frame_families, row_regions, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import checked_first_call, eager_when_reentered
 from minicomp.pipeline import compile_graph
@@ -105,7 +106,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
     model (`options={"cuda_graphs": True}`)."""
     from torch._dynamo.backends.common import aot_autograd
 
-    families, settings, forward = Families(), config.current() | _options(options, mode), {}
+    families, settings, forward = frame_families.of_traced_function(), config.current() | _options(options, mode), {}
     graphs = _graphs(settings, example_inputs)
     gm = closed_over.with_checked_forms(gm)
     gm = row_regions.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks

@@ -6,6 +6,7 @@ launch_configs.py  the configurations a kernel is launched with and tuned over
 tuning.py          which configuration the first call takes: heuristic, remembered or timed
 matmul_timing.py   a matmul timed as planned and padded: does padding pay on this GPU
 matmul_choice.py   a matmul template timed against cuBLAS + an epilogue kernel: which runs it ("auto")
+size_classes.py    the size classes those measurements are shared by (a new length measures nothing)
 records.py         a kernel's records on disk: its compiled binaries and its tuning choice
 ahead.py           compiling a kernel ahead of its first call
 binding.py         a compiled kernel bound to its C launcher: the call path once compiled

@@ -1,8 +1,9 @@
 """Timing a matmul template against cuBLAS and a separate epilogue kernel: which is faster here?
 
-In "auto" on CUDA, plan/matmul.py asks `template_pays` once per shape (sizes, operand
-layouts, dtype) for a matmul with an epilogue to fuse; the answer is remembered in the tuning
-cache, so a warm process measures nothing. The two sides, each on random operands laid out as
+In "auto" on CUDA, plan/matmul.py asks `template_pays` once per class of shapes (operand
+layouts and dtype, sizes by their class: size_classes.py) for a matmul with an epilogue to
+fuse; the answer is remembered in the tuning cache, so a warm process, and a new length of
+the same class, measures nothing. The two sides, each on random operands laid out as
 the graph's (runtime/matmul_timing.py's approach):
 
     library   ATen's mm (bmm) into the product, then one in-place pass over it (`relu_`): what a
@@ -24,7 +25,8 @@ import torch
 from minicomp import config, logs
 from minicomp.runtime import cache
 from minicomp.runtime.launch_spec import MatmulLaunch, matmul_tiles
-from minicomp.runtime.matmul_timing import Layout, _operand, _real_tensors
+from minicomp.runtime.matmul_timing import _operand, _real_tensors
+from minicomp.runtime.size_classes import Layout, bucket, layout_class
 from minicomp.runtime.tuning import median_ms
 
 TIMED_RUNS = 10
@@ -36,7 +38,8 @@ def template_pays(
 ) -> tuple[bool, str]:
     """(whether the template with its epilogue beats ATen's matmul + an epilogue kernel for
     operands laid out as `a` and `b` ([B,] M, K and [B,] K, N), why: the two times)."""
-    path = cache.file("tuning", f"matmul_{_key(dtype, device, a, b, out_shape)}.json")
+    classes = layout_class(a), layout_class(b), tuple(bucket(n) for n in out_shape)
+    path = cache.file("tuning", f"matmul_{_key(dtype, device, *classes)}.json")
     record = cache.read_record(path)
     if record is not None and isinstance(record.get("template"), bool) and isinstance(record.get("why"), str):
         return record["template"], record["why"]

@@ -4,8 +4,9 @@ cuBLAS picks its fast kernels only for operands whose leading dimensions are
 multiples of 16 bytes; a vocabulary of 50257 rows puts GPT-2's projection and
 both its gradients on `align1` kernels several times slower than the padded
 shapes' (plan/pad_matmuls.py has the numbers). The plan asks `padding_pays`
-once per shape; the answer is remembered in the tuning cache, so a warm process
-measures nothing.
+once per class of shapes (size_classes.py); the answer is remembered in the
+tuning cache, so a warm process, and a new length of the same class, measures
+nothing.
 
     Operand = (shape, stride, copied)      copied: the padded form needs a pad kernel that
                                            no fused kernel writes for free (a graph input)
@@ -20,13 +21,12 @@ import torch
 
 from minicomp import logs
 from minicomp.runtime import cache
+from minicomp.runtime.size_classes import Layout, layout_class
 from minicomp.runtime.tuning import median_ms
 
 TIMED_RUNS = 10
 ROUNDS = 3  # plain and padded timed in turn, this many times each
 MATMULS = {"mm": torch.mm, "bmm": torch.bmm}
-
-Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, stride)
 
 
 def padding_pays(
@@ -39,8 +39,10 @@ def padding_pays(
 ) -> bool:
     """Is `op` (mm or bmm) on operands laid out as `padded`, plus a pad of each of `copies` (the
     unpadded operands that must be copied), faster than on `plain`? Measured once per shape on
-    this GPU and remembered; False when the measurement cannot run (out of memory)."""
-    path = cache.file("tuning", f"pad_{_key(op, dtype, device, plain, padded, copies)}.json")
+    this GPU and remembered for the shapes' class (size_classes.py: a new length reuses it); False
+    when the measurement cannot run (out of memory)."""
+    classes = [layout_class(x) for x in (*plain, *padded)], [layout_class(c) for c in copies]
+    path = cache.file("tuning", f"pad_{_key(op, dtype, device, *classes)}.json")
     record = cache.read_record(path)
     if record is not None and isinstance(record.get("pays"), bool):
         return record["pays"]

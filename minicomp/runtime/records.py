@@ -7,7 +7,9 @@ Triton specializes on besides alignment (`specializations`); sizes are not part
 of it, so a new batch size or sequence length reuses the binary.
 
 Tuning records (`<cache>/tuning/`) are named by the kernel's text without its
-name (its skeleton) and size: kernels of one skeleton and size share a choice.
+name (its skeleton) and its size's class (size_classes.py: the next power of two): kernels of
+one skeleton and size class share a choice, so a new length or batch size within the class
+times nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from minicomp import logs
 from minicomp.runtime import cache
 from minicomp.runtime.launch_configs import valid_config
+from minicomp.runtime.size_classes import bucket
 
 
 class Records:
@@ -73,9 +76,10 @@ class Records:
 
     # -- tuning -------------------------------------------------------------------
     def tuning_path(self, size: int):
-        """The tuning record: named by the kernel's skeleton (its text without its name) and size,
-        so kernels that differ only in name share one measurement."""
-        return cache.file("tuning", f"{self.key(size, skeleton=True)}.json")
+        """The tuning record: named by the kernel's skeleton (its text without its name) and its
+        size's class, so kernels that differ only in name, or in size within a class, share one
+        measurement."""
+        return cache.file("tuning", f"{self.key(bucket(size), skeleton=True)}.json")
 
     def remembered_config(self, size: int) -> tuple[int, int] | None:
         path = self.tuning_path(size)

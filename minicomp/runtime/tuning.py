@@ -1,8 +1,9 @@
 """Choosing a kernel's launch configuration: which ones to consider, and timing them.
 
 A small kernel takes its spec's heuristic. A large one (`LaunchSpec.tuned`) takes
-the choice a tuning record remembers (records.py), else times each of its spec's
-candidates on the first call's arguments and remembers the fastest.
+the choice a tuning record remembers (records.py: measured at a size of its class,
+size_classes.py) where that is one of its own candidates, else times each of its
+spec's candidates on the first call's arguments and remembers the fastest.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def configs(spec, device: torch.device, records) -> list[Config]:
     remembered choice, or the candidates to time (each once; one alone needs no timing)."""
     if not spec.tuned():
         return [spec.heuristic(device)]
-    remembered = records.remembered_config(spec.numel)
-    return [remembered] if remembered is not None else list(dict.fromkeys(spec.candidates()))
+    candidates = list(dict.fromkeys(spec.candidates()))
+    remembered = records.remembered_config(spec.numel)  # (measured at a size of this one's class)
+    return [remembered] if remembered in candidates else candidates
 
 
 def choose(found: list[Config], spec, records, time: Callable[[Config, list], float], args) -> Config:

@@ -220,3 +220,32 @@ def test_triton_starts_once_per_device_for_the_first_cuda_argument(monkeypatch):
     compile_pool.start_triton([on_gpu])
     compile_pool.triton_started(0)
     assert started == [0] and list(compile_pool._TRITON_STARTED) == [0]
+
+
+def test_a_new_size_of_a_tuned_size_class_takes_its_choice_untimed(gpu_less, monkeypatch):
+    """Issue #42: a new length or batch size whose size class (the next power of two) was tuned
+    takes the remembered configuration; a size of another class is timed."""
+    candidates = ((512, 4), (1024, 8))
+    timed = []
+    monkeypatch.setattr(launch.Launch, "_time", lambda self, c, args: timed.append(c) or c[0])
+    with config.override(tune_min_numel=1, launch_candidates=candidates):
+        first, same_class, other_class = (
+            launch.Launch(StandInKernel(), PointwiseLaunch(numel=n), device="cuda:0") for n in (4088, 4000, 4100)
+        )
+        assert first.choose([]) == (512, 4) and timed == list(candidates)
+        assert same_class.configs() == [(512, 4)]  # compiled ahead: the remembered one alone
+        assert same_class.choose([]) == (512, 4) and len(timed) == 2  # not timed again
+        assert other_class.choose([]) == (512, 4) and len(timed) == 4  # 4100 -> 8192: timed
+
+
+def test_a_remembered_choice_that_is_no_candidate_of_this_size_is_timed_again(gpu_less, monkeypatch):
+    """A class-mate's choice this size cannot take (a reduction's XBLOCK over its rows) is not taken."""
+    timed = []
+    monkeypatch.setattr(launch.Launch, "_time", lambda self, c, args: timed.append(c) or -c[0])
+    la = launch.Launch(StandInKernel(), PointwiseLaunch(numel=3000), device="cuda:0")
+    with config.override(tune_min_numel=1, launch_candidates=((512, 4), (1024, 8))):
+        assert la.choose([]) == (1024, 8)
+    with config.override(tune_min_numel=1, launch_candidates=((256, 4), (512, 4))):
+        again = launch.Launch(StandInKernel(), PointwiseLaunch(numel=4000), device="cuda:0")
+        assert again.configs() == [(256, 4), (512, 4)]
+        assert again.choose([]) == (512, 4) and timed[-2:] == [(256, 4), (512, 4)]

@@ -157,3 +157,89 @@ def test_a_bounds_check_joins_the_family(negative, device):
         bad[5] = 13
         with pytest.raises(IndexError, match="out of bounds for dimension 1"):
             fn(torch.randn(3, 13, device=device), bad)
+
+
+@pytest.fixture
+def module_sources():
+    """The generated modules' text, as compiled (the output_code channel)."""
+    import logging
+
+    texts: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            texts.append(record.getMessage())
+
+    logger, handler = logging.getLogger("minicomp.output_code"), Keep()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    torch._dynamo.reset()
+    yield texts
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+    torch._dynamo.reset()
+
+
+def _softmax_scaled(x, w):
+    return torch.softmax(x * w, dim=-1) + x[:, :1], (x.t() * 2).contiguous()
+
+
+def test_through_torch_compile_the_second_length_joins_the_first_lengths_families(module_sources):
+    """Dynamo compiles the first length as a static graph and the second as a dynamic one, which
+    names its values anew (`arg1_1` for `arg0_1`): the second still joins the first's families
+    (dispatch/frame_families.py; codegen/families.py `alpha_key`), so a kernel whose text the
+    length does not change is the first's text, and the third length compiles no new text (#42)."""
+    from minicomp.dispatch.dynamo import backend
+
+    compiled = torch.compile(_softmax_scaled, backend=backend)
+    texts = []
+    for rows in (9, 10, 11, 12):
+        x, w = torch.randn(rows, 16), torch.randn(16)
+        torch.testing.assert_close(compiled(x, w), _softmax_scaled(x, w))
+        texts.append(kernel_text(module_sources[-1]))
+    softmax = [next(k for k in t if "amax" in k) for t in texts]
+    transposed = [next(k for k in t if "permute" in k) for t in texts]
+    assert softmax[0] == softmax[1] == softmax[3]  # the same text at every length (its rows are n_rows)
+    assert ", s0," not in transposed[0] and ", s0," in transposed[1]  # x.t()'s rows: a runtime size
+    assert texts[2] == texts[3] == texts[1]
+
+
+def test_a_member_named_otherwise_is_served_its_familys_text():
+    """A kernel equal to a family's first member up to its locals' names (pointer parameters,
+    assigned temporaries) is served the first member's text; one that differs otherwise is not."""
+    from minicomp.codegen.kernel import KernelSource
+
+    def member(x, y, out, tmp, op="+"):
+        return KernelSource(
+            kernel=None, name="mc_k_0", params=[f"{x}_ptr", f"{y}_ptr", "out_ptr"], args=[], numel=8, header=[],
+            body=[f"{x} = tl.load({x}_ptr + offsets, mask=mask)", f"{y} = tl.load({y}_ptr + «4»*offsets, mask=mask)",
+                  f"{tmp} = {x} {op} {y}", f"tl.store(out_ptr + offsets, {tmp}, mask=mask)"],
+            wide_index=False,
+        )  # fmt: skip
+
+    fams = families.Families()
+    first = fams.generalize(member("a", "b", "out", "add"))
+    renamed = fams.generalize(member("b", "c", "out", "add_6"))
+    assert renamed.params == first.params and renamed.body == first.body
+    swapped = fams.generalize(member("b", "a", "out", "add"))  # the same names, one to one otherwise
+    assert swapped.body == first.body
+    other = fams.generalize(member("a", "b", "out", "add", op="*"))
+    assert other.body != first.body
+
+
+def test_another_function_starts_its_own_families(module_sources):
+    """What one function saw never changes another's kernels: a second function of the same body
+    starts with its sizes as constants."""
+    from minicomp.dispatch.dynamo import backend
+
+    def other(x, w):
+        return torch.softmax(x * w, dim=-1) + x[:, :1], (x.t() * 2).contiguous()
+
+    first = torch.compile(_softmax_scaled, backend=backend)
+    for rows in (9, 10, 11):
+        first(torch.randn(rows, 16), torch.randn(16))
+    second = torch.compile(other, backend=backend)
+    x, w = torch.randn(9, 16), torch.randn(16)
+    torch.testing.assert_close(second(x, w), _softmax_scaled(x, w))
+    assert "runtime sizes" not in module_sources[-1]

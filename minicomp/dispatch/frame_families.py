@@ -1,0 +1,52 @@
+"""The kernel families of a function Dynamo compiles, shared by all its graphs and recompiles.
+
+Dynamo compiles a function's first call as a static graph, and its second size (automatic dynamic
+shapes) as a new, dynamic graph: two calls of the backend. With a `Families` per call, the second
+length's kernels were each the first member of a new family (their sizes literals, new Triton
+text), and the third length's widened them into templates with runtime sizes: new text again, so
+a compile at every kernel (issue #42: GPT-2, 7 binaries and 1.3 s at the third length). Shared
+per function, the second length already joins the first length's families: its kernels are the
+templates, and the third length reuses them.
+
+The function is the code object Dynamo is tracing (its InstructionTranslator's `f_code`): what
+one function saw never changes another's code, as for `minicomp.jit` (codegen/families.py). The
+last `LIMIT` functions' families are kept; outside a Dynamo trace (a direct call of the backend)
+each call gets its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from minicomp.codegen.families import Families
+
+LIMIT = 256  # functions whose families are kept (the least recently compiled goes first)
+
+# id(code object) -> (the code object, held so that its id stays its own; its Families)
+_families: collections.OrderedDict = collections.OrderedDict()
+_lock = threading.Lock()
+
+
+def of_traced_function() -> Families:
+    """The families of the function Dynamo is compiling now (new ones outside a trace)."""
+    code = _traced_code()
+    if code is None:
+        return Families()
+    with _lock:
+        _, families = _families.pop(id(code), (code, None))
+        families = families or Families()
+        _families[id(code)] = (code, families)  # the most recent last
+        while len(_families) > LIMIT:
+            _families.popitem(last=False)
+        return families
+
+
+def _traced_code():
+    """The code object of the frame Dynamo is translating, or None."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return getattr(InstructionTranslator.current_tx(), "f_code", None)
+    except Exception:  # noqa: BLE001 - no trace in progress (or a torch without this API)
+        return None
