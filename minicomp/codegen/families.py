@@ -24,11 +24,11 @@ otherwise compile a binary per class of each size's value (== 1, a multiple of
 runs as fast (RoPE at S = 2048 after 1024 and 1531, bf16, H200: 131.9 against
 131.8 us specialized).
 
-Members are compared up to the names of their locals (parameters and the
-temporaries their lines assign: `alpha_key`, alike.py's renaming): the same function traced again
-(Dynamo's dynamic graph after its static one) names its values anew (`add_6` for
-`add`), and such a member is served the first member's text, its arguments
-passed in the same order. A kind whose launch fields name its parameters (a
+The same function traced again (Dynamo's dynamic graph after its static one) names
+its values anew (`add_6` for `add`): its kernels are then compared up to the names
+of their locals too (parameters and the temporaries their lines assign: `alpha_key`,
+alike.py's renaming), and such a member is served the first member's text, its
+arguments passed in the same order. A kind whose launch fields name its parameters (a
 matmul template's operand pointers) is compared by its text as written.
 
 This is Inductor's "automatic dynamic" (static first, dynamic once a size is
@@ -86,11 +86,35 @@ class Family:
 
 
 class Families:
-    """The kernel families of one compiling function (jit function, Dynamo graph)."""
+    """The kernel families of one compiling function (jit function, Dynamo graph).
+
+    Kernels are found by their text around their sizes as written. Once `match_renamed` is set
+    (a function traced again: dispatch/frame_families.py), a kernel that misses is looked up by
+    `alpha_key` too, and found, it joins that family under its own text as well; the first
+    trace pays nothing for it (alpha_key parses each kernel)."""
 
     def __init__(self):
-        self._families: dict[tuple, Family] = {}
+        self._families: dict[tuple, Family] = {}  # (name, wide index, text around the sizes) -> family
+        self._renamed: dict[tuple, Family] = {}  # (name, wide index, alpha_key) -> family
+        self._keyed: set[int] = set()  # ids of the families in `_renamed`
+        self.match_renamed = False
         self._lock = threading.Lock()
+
+    def _find(self, source: KernelSource, between: list[str]) -> Family | None:
+        """The family of a kernel whose text around its sizes is `between` (lock held)."""
+        exact = (source.name, source.wide_index, tuple(between))
+        family = self._families.get(exact)
+        if family is not None or not self.match_renamed:
+            return family
+        for (name, wide, _), known in list(self._families.items()):  # the families not yet keyed so
+            if id(known) not in self._keyed:
+                self._keyed.add(id(known))
+                stand_in = replace(source, name=name, wide_index=wide, params=known.params)
+                self._renamed.setdefault((name, wide, alpha_key(stand_in, known.between)), known)
+        family = self._renamed.get((source.name, source.wide_index, alpha_key(source, between)))
+        if family is not None:
+            self._families[exact] = family  # this naming's next member finds it by its text
+        return family
 
     def generalize(self, source: KernelSource) -> KernelSource:
         """`source` as the member of its family it is, sizes written out: unchanged for the first
@@ -101,9 +125,11 @@ class Families:
         between = [text[: spans[0][0]] if spans else text]  # the skeleton: the text around the sizes
         for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), None)]):
             between.append(text[end:nxt])
-        key = (source.name, source.wide_index, alpha_key(source, between))
         with self._lock:
-            family = self._families.setdefault(key, Family(literals, between, list(source.params)))
+            family = self._find(source, between)
+            if family is None:
+                family = Family(literals, between, list(source.params))
+                self._families[(source.name, source.wide_index, tuple(between))] = family
             if literals == family.first:  # the first member keeps its constants (and its names)
                 if between == family.between and source.params == family.params:
                     return resolved(source)

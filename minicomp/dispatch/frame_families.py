@@ -35,7 +35,10 @@ def of_traced_function() -> Families:
         return Families()
     with _lock:
         _, families = _families.pop(id(code), (code, None))
-        families = families or Families()
+        if families is None:
+            families = Families()
+        else:  # traced again: its values named anew (`arg1_1` for `arg0_1`), its kernels alike
+            families.match_renamed = True
         _families[id(code)] = (code, families)  # the most recent last
         while len(_families) > LIMIT:
             _families.popitem(last=False)
