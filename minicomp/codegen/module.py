@@ -123,7 +123,7 @@ class _Body:
         self.last = {name: i for i, step in enumerate(plan.steps) for name in step_uses(plan, step)}
         self.pending: Piece | None = None  # a kernel whose launch may take the next one along
         self.written: dict[str, str] = {}  # a mutated input's new value -> the input a kernel wrote it into
-        self.alike: dict[tuple, str] = {}  # (alike.key, signature) of a kernel -> its first launcher
+        self.alike = alike.Alike()  # which earlier kernel each one is alike to
 
     def line(self, text: str, uses: set[str]) -> None:
         self.wrapper.append(text)
@@ -266,8 +266,7 @@ class _Body:
             text, args, scalars, name, spec = _combo(pieces, launcher, self.device)
         text = _checked(text, self.device)
         self.runtime_names.add(type(spec).__name__)
-        same = alike.key(text)  # with the call's argument types: one Launch binds one binary
-        first = launcher if same is None else self.alike.setdefault((same, self.signature(args, scalars)), launcher)
+        first = self.alike.first(text, self.signature(args, scalars), launcher)  # one Launch binds one binary
         self.kernels.append(text.rstrip() if first == launcher else _bound_to(text, launcher, first))
         stores = tuple(n for _, kernel in pieces for n in kernel.stores)
         self.calls.append(KernelCall(launcher, name, pieces[0][0].kind, tuple(args), stores, scalars))

@@ -160,6 +160,28 @@ def test_alike_keys_ignore_only_the_kernels_own_names():
     assert alike.key("def (") is None
 
 
+def test_a_module_parses_a_kernel_only_where_an_earlier_one_may_be_alike(monkeypatch):
+    """Alike (codegen/alike.py) keys a kernel only once an earlier one of its launch signature has
+    its text with every identifier blanked; it binds as `key` alone would."""
+    keyed = []
+    real = alike.key
+    monkeypatch.setattr(alike, "key", lambda text: keyed.append(text) or real(text))
+
+    def text(i=0, op="_sum", c="1.0", numel=64):
+        return _KERNEL.format(i=i, op=op, c=c, numel=numel)
+
+    module, signature = alike.Alike(), ((torch.float32,), (64,))
+    assert module.first(text(0), signature, "launch_0") == "launch_0"
+    assert module.first(text(1, op="_max"), signature, "launch_1") == "launch_1"  # blanked alike, key differs
+    assert module.first(text(2, c="2.0"), signature, "launch_2") == "launch_2"
+    assert module.first(text(3, numel=128), signature, "launch_3") == "launch_3"
+    assert len(keyed) == 2  # launch_0 and launch_1 blank alike; another constant or numel does not
+    assert module.first(text(4), signature, "launch_4") == "launch_0"
+    assert module.first(text(5, op="_max"), signature, "launch_5") == "launch_1"
+    assert len(keyed) == 4
+    assert module.first(text(6), ((torch.float16,), (64,)), "launch_6") == "launch_6"  # another signature
+
+
 def _gelu_mm_gelu(x, y):
     m = torch.mm(F.gelu(x), x)
     return F.gelu(torch.mm(y, m.to(y.dtype)))
