@@ -149,3 +149,26 @@ def grads_match(fn, *args, grad_of=None):
     for i in grad_of:
         torch.testing.assert_close(widen(mine[i].grad), eager[i].grad, **grad_tol)
     return compiled.entry(*mine)
+
+
+@pytest.fixture
+def module_sources():
+    """The text of each module minicomp generates meanwhile, as compiled (the output_code channel),
+    with Dynamo's caches reset before and after."""
+    import logging
+
+    texts: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            texts.append(record.getMessage())
+
+    logger, handler = logging.getLogger("minicomp.output_code"), Keep()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    torch._dynamo.reset()
+    yield texts
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+    torch._dynamo.reset()

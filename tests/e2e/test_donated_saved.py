@@ -6,33 +6,11 @@ and a saved value that is also a user output (not taken: the output keeps its va
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import minicomp.dispatch.dynamo  # noqa: F401  (registers the backend)
-
-
-@pytest.fixture
-def sources():
-    """The generated modules' text, as compiled (the output_code channel)."""
-    texts: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            texts.append(record.getMessage())
-
-    logger, handler = logging.getLogger("minicomp.output_code"), Keep()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    torch._dynamo.reset()
-    yield texts
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-    torch._dynamo.reset()
 
 
 def _backward_source(texts: list[str]) -> str:
@@ -51,18 +29,18 @@ def _grads(fn, leaves, retain=False):
     return [leaf.grad.clone() for leaf in leaves]
 
 
-def test_the_gradient_goes_into_the_saved_product(sources):
+def test_the_gradient_goes_into_the_saved_product(module_sources):
     def f(x, w):
         return F.gelu(x @ w).sum()
 
     leaves = _leaves((16, 32), (32, 64))
     got = _grads(torch.compile(f, backend="minicomp"), leaves)
-    assert "# in mm's memory: read there, then not again" in _backward_source(sources)
+    assert "# in mm's memory: read there, then not again" in _backward_source(module_sources)
     for a, b in zip(got, _grads(f, leaves)):
         torch.testing.assert_close(a, b)
 
 
-def test_a_second_backward_under_retain_graph_reads_the_saved_values_intact(sources):
+def test_a_second_backward_under_retain_graph_reads_the_saved_values_intact(module_sources):
     def f(x, w):
         return F.gelu(x @ w).sum()
 
@@ -76,7 +54,7 @@ def test_a_second_backward_under_retain_graph_reads_the_saved_values_intact(sour
         torch.testing.assert_close(a, b)
 
 
-def test_a_saved_value_the_user_holds_is_not_taken(sources):
+def test_a_saved_value_the_user_holds_is_not_taken(module_sources):
     def f(x, w):
         product = x @ w
         return F.gelu(product).sum(), product
@@ -86,11 +64,11 @@ def test_a_saved_value_the_user_holds_is_not_taken(sources):
     kept = product.detach().clone()
     loss.backward()
     torch.testing.assert_close(product.detach(), kept)  # the user's tensor keeps its values
-    assert "in mm's memory" not in _backward_source(sources)
+    assert "in mm's memory" not in _backward_source(module_sources)
 
 
 @pytest.mark.parametrize("looped", [False, True])
-def test_a_loss_gradient_goes_into_the_saved_logits(sources, looped):
+def test_a_loss_gradient_goes_into_the_saved_logits(module_sources, looped):
     """Cross-entropy's backward: the logits' gradient, one reduction kernel's last-pass store,
     written over the saved logits (the pass reads each element before it stores it), whole rows
     held in registers or walked in passes."""
@@ -103,12 +81,12 @@ def test_a_loss_gradient_goes_into_the_saved_logits(sources, looped):
     y = torch.randint(0, 100, (16,), generator=torch.Generator().manual_seed(1))
     with config.override(**({"persistent_rows": 16} if looped else {})):
         got = _grads(lambda h, w: torch.compile(f, backend="minicomp")(h, w, y), [h, w])
-    assert "# in mm's memory: read there, then not again" in _backward_source(sources)
+    assert "# in mm's memory: read there, then not again" in _backward_source(module_sources)
     for a, b in zip(got, _grads(lambda h, w: f(h, w, y), [h, w])):
         torch.testing.assert_close(a, b)
 
 
-def test_logits_of_a_three_dim_linear_take_their_gradient(sources):
+def test_logits_of_a_three_dim_linear_take_their_gradient(module_sources):
     """A language model's head: [B, S, d] @ W.T viewed as [B*S, V] for the loss. The gradient's
     store (128*x0 + r0) and the saved logits' load (1024*(x0 // 8) + 128*(x0 % 8) + r0) name the
     same elements in two spellings (indexing.py `same_address`)."""
@@ -120,13 +98,13 @@ def test_logits_of_a_three_dim_linear_take_their_gradient(sources):
     h, w = _leaves((2, 8, 32), (128, 32))
     y = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(2))
     got = _grads(lambda h, w: torch.compile(f, backend="minicomp")(h, w, y), [h, w])
-    assert "# in mm's memory: read there, then not again" in _backward_source(sources)
+    assert "# in mm's memory: read there, then not again" in _backward_source(module_sources)
     for a, b in zip(got, _grads(lambda h, w: f(h, w, y), [h, w])):
         torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("retain", [False, True])
-def test_a_padded_products_gradient_goes_into_its_saved_slice(sources, retain):
+def test_a_padded_products_gradient_goes_into_its_saved_slice(module_sources, retain):
     """BERT's head: logits of an odd vocabulary with a bias, from a padded product saved as its
     slice (plan/pad_matmuls.py). Their gradient is written inside a padded buffer for the two
     gradient matmuls and read by the bias gradient; that buffer is made over the saved product's
@@ -153,7 +131,7 @@ def test_a_padded_products_gradient_goes_into_its_saved_slice(sources, retain):
                 loss.backward()
             for leaf, want_grad in zip(leaves, want):
                 torch.testing.assert_close(leaf.grad, want_grad)
-    assert "over_or_empty(addmm, " in _backward_source(sources)
+    assert "over_or_empty(addmm, " in _backward_source(module_sources)
 
 
 def test_a_padded_buffer_over_memory_too_small_is_new():

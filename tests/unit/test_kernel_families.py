@@ -159,28 +159,6 @@ def test_a_bounds_check_joins_the_family(negative, device):
             fn(torch.randn(3, 13, device=device), bad)
 
 
-@pytest.fixture
-def module_sources():
-    """The generated modules' text, as compiled (the output_code channel)."""
-    import logging
-
-    texts: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            texts.append(record.getMessage())
-
-    logger, handler = logging.getLogger("minicomp.output_code"), Keep()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    torch._dynamo.reset()
-    yield texts
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-    torch._dynamo.reset()
-
-
 def _softmax_scaled(x, w):
     return torch.softmax(x * w, dim=-1) + x[:, :1], (x.t() * 2).contiguous()
 
