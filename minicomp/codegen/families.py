@@ -61,6 +61,7 @@ class Family:
     first: tuple[int, ...]  # the literals of the first member
     between: list[str] = field(default_factory=list)  # the first member's text around its sizes, in its names
     params: list[str] = field(default_factory=list)  # and its pointer parameters
+    renamable: bool = False  # its kind's text may serve a member that names its locals otherwise
     seen: list[tuple[int, ...]] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
 
@@ -109,9 +110,11 @@ class Families:
         for (name, wide, _), known in list(self._families.items()):  # the families not yet keyed so
             if id(known) not in self._keyed:
                 self._keyed.add(id(known))
-                stand_in = replace(source, name=name, wide_index=wide, params=known.params)
-                self._renamed.setdefault((name, wide, alpha_key(stand_in, known.between)), known)
-        family = self._renamed.get((source.name, source.wide_index, alpha_key(source, between)))
+                renamed = alpha_key(known.params, known.between) if known.renamable else None
+                if renamed is not None:
+                    self._renamed.setdefault((name, wide, renamed), known)
+        renamed = alpha_key(source.params, between) if source.renamable else None
+        family = None if renamed is None else self._renamed.get((source.name, source.wide_index, renamed))
         if family is not None:
             self._families[exact] = family  # this naming's next member finds it by its text
         return family
@@ -128,7 +131,7 @@ class Families:
         with self._lock:
             family = self._find(source, between)
             if family is None:
-                family = Family(literals, between, list(source.params))
+                family = Family(literals, between, list(source.params), source.renamable)
                 self._families[(source.name, source.wide_index, tuple(between))] = family
             if literals == family.first:  # the first member keeps its constants (and its names)
                 if between == family.between and source.params == family.params:
@@ -162,18 +165,16 @@ class Families:
         )
 
 
-def alpha_key(source: KernelSource, between: list[str]) -> tuple[str, ...] | str:
-    """The text around a kernel's sizes up to a one-to-one renaming of its locals (its pointer
-    parameters, the names its lines assign), as alike.py compares kernels: equal for two kernels
-    exactly when one is the other renamed, so one's text computes what the other's would, given
-    its arguments in the same order. Names its lines only read (`tl`, the template's `offsets`,
-    helpers such as `_sum`) stay as written; so does all of a kind whose launch fields name its
-    parameters (`renamable` False), and a body that does not parse."""
-    if not source.renamable:
-        return tuple(between)
+def alpha_key(params: list[str], between: list[str]) -> str | None:
+    """A kernel's text around its sizes (`between`, its pointer parameters `params`) up to a
+    one-to-one renaming of its locals (the parameters, the names its lines assign), as alike.py
+    compares kernels: equal for two kernels exactly when one is the other renamed, so one's text
+    computes what the other's would, given its arguments in the same order. Names its lines only
+    read (`tl`, the template's `offsets`, helpers such as `_sum`) stay as written. None for a
+    body that does not parse."""
     lines = "0".join(between).split("\n")  # (each size as 0: the skeleton)
-    function = f"def _kernel({', '.join(source.params)}):\n" + "\n".join("    " + line for line in lines)
-    return alike.renamed_digest(function) or tuple(between)
+    function = f"def _kernel({', '.join(params)}):\n" + "\n".join("    " + line for line in lines)
+    return alike.renamed_digest(function)
 
 
 def resolved(source: KernelSource) -> KernelSource:

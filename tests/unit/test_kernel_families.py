@@ -226,3 +226,17 @@ def test_another_function_starts_its_own_families(module_sources):
     x, w = torch.randn(9, 16), torch.randn(16)
     torch.testing.assert_close(second(x, w), _softmax_scaled(x, w))
     assert "runtime sizes" not in module_sources[-1]
+
+
+def test_a_reset_starts_a_functions_families_anew(module_sources):
+    """After `torch._dynamo.reset()` a function's first compile is a first trace again: its sizes
+    are constants, as they were the first time."""
+    from minicomp.dispatch.dynamo import backend
+
+    for rows in (9, 10):
+        torch.compile(_softmax_scaled, backend=backend)(torch.randn(rows, 16), torch.randn(16))
+    assert any(", s0," in k for k in kernel_text(module_sources[-1]))
+    torch._dynamo.reset()
+    x, w = torch.randn(11, 16), torch.randn(16)
+    torch.testing.assert_close(torch.compile(_softmax_scaled, backend=backend)(x, w), _softmax_scaled(x, w))
+    assert all(", s0," not in k for k in kernel_text(module_sources[-1]))
