@@ -4,7 +4,7 @@ Dynamo compiles a function's first call as a static graph, and its second size (
 shapes) as a new, dynamic graph: two calls of the backend. With a `Families` per call, the second
 length's kernels were each the first member of a new family (their sizes literals, new Triton
 text), and the third length's widened them into templates with runtime sizes: new text again, so
-a compile at every kernel (issue #42: GPT-2, 7 binaries and 1.3 s at the third length). Shared
+a compile at every kernel (issue #42: GPT-2, 7 binaries, 1.3-1.9 s, at the third length). Shared
 per function, the second length already joins the first length's families: its kernels are the
 templates, and the third length reuses them.
 
