@@ -90,6 +90,7 @@ def compile_graph(
     output_layouts: list[tuple[int, ...] | None] | None = None,
     any_layout: frozenset[str] = frozenset(),
     donated: frozenset[str] = frozenset(),
+    results_over_donated: bool = False,
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text.
@@ -100,7 +101,9 @@ def compile_graph(
     backward reads at any strides: dispatch/saved_layouts.py).
     `donated`: freed inputs whose memory no other tensor reaches (AOTAutograd's donated buffers: a
     backward's saved activations that are no input or output of the user's), which a kernel may
-    write its store over where they die (codegen/reuse.py)."""
+    write its store over where they die (codegen/reuse.py); a result of the call too where
+    `results_over_donated` (no CUDA graph replays it: a forward replay would write over the memory
+    a caller's gradient then lives in)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     graph = pad_matmuls(graph, any_layout)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
@@ -111,7 +114,8 @@ def compile_graph(
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
-    plan = dataclasses.replace(plan, donated=donated & freed_inputs) if donated else plan
+    if donated:
+        plan = dataclasses.replace(plan, donated=donated & freed_inputs, results_over_donated=results_over_donated)
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     try:
@@ -161,7 +165,9 @@ def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layo
     again = fusion.plan(plan.graph, frozenset(cut))
     again = schedule.order(again, freed_inputs)
     again = _with_output_layouts(again, layouts)
-    again = dataclasses.replace(written_padded(again), donated=plan.donated)
+    again = dataclasses.replace(
+        written_padded(again), donated=plan.donated, results_over_donated=plan.results_over_donated
+    )
     logs.fusion.info("%s: plan\n%s\n%s", name, again.graph.describe(again.kinds), again)
     return again
 

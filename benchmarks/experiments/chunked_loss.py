@@ -52,7 +52,11 @@ def main(argv=None):
     reference = _step(lambda h, W, y: loss(h.float(), W.float(), y), inputs)
     impls = [("eager", lambda: loss, None), ("minicomp", _compiled, budget), ("minicomp whole", _compiled, 0)]
     if not run.tiny:  # the budget's trade: fewer chunks, fewer passes over W's gradient (its addmm's K is the chunk)
-        impls += [(f"minicomp {b >> 20} MiB", _compiled, b) for b in (64 << 20, 1 << 30) if b != budget]
+        impls += [
+            (f"minicomp {b >> 20} MiB", _compiled, b)
+            for b in (64 << 20, 128 << 20, 256 << 20, 512 << 20, 1 << 30)
+            if b != budget
+        ]
     if not run.tiny:
         impls.insert(1, ("inductor", lambda: torch.compile(loss), None))
     rows = []

@@ -209,7 +209,10 @@ class _Body:
                 continue
             if name in reused:
                 buffer, layout = reused[name], (meta.shape, self.plan.strides[name])
-                same = layout == (graph[buffer].meta.shape, graph[buffer].meta.stride)
+                same = (
+                    layout == (graph[buffer].meta.shape, graph[buffer].meta.stride) and name not in self.storages.kept
+                )
+                # (a result gets a tensor of its own over the memory: autograd may take it as a .grad)
                 self.line(
                     f"{name} = {buffer if same else f'{buffer}.as_strided{layout}'}"
                     f"  # in {buffer}'s memory: read there, then not again",

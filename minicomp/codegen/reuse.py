@@ -18,7 +18,9 @@ from minicomp.plan.storages import uses as step_uses
 def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying: list[str]) -> dict[str, str]:
     """Store -> a buffer the kernel reads for the last time whose memory it can write it into:
     the kernel's own intermediate (not an output or view of something; an input only where the
-    caller donated it, `plan.donated`: a backward's saved logits take their gradient), dense, of
+    caller donated it, `plan.donated`: a backward's saved logits take their gradient; a result of
+    the call only there and where `plan.results_over_donated`: a gradient made in the forward,
+    scaled over itself), dense, of
     the store's dtype and large enough, and read only at the store's own address, so each element
     is read by the program that overwrites it, before it does (any shape: the addresses are what
     match). A backward's gradient of the MLP's hidden state goes into the matmul result it came
@@ -27,9 +29,11 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
     if not isinstance(source, (PointwiseSource, ReductionSource)):
         return {}
     graph, reused, taken = plan.graph, {}, set()
+    returned = {o for o in graph.outputs if isinstance(o, str)} - {n for pair in graph.mutations for n in pair}
+    returned = returned if plan.results_over_donated else set()
     for name in source.kernel.stores:
         meta = graph[name].meta
-        if name in storages.kept:
+        if name in storages.kept and name not in returned:
             continue
         if name in plan.interior:  # inside a padded buffer: that buffer over a donated one's memory
             buffer = _padded_host(plan, source, name, dying, taken)
@@ -39,6 +43,8 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
             continue
         for buffer in source.aligned.get(name, ()):
             other = graph[buffer].meta
+            if name in storages.kept and buffer not in plan.donated:  # a result: only into a donated input
+                continue
             if (
                 buffer in dying
                 and buffer not in taken

@@ -4,33 +4,48 @@
 large output is read only by ops that keep each row to itself (pointwise ops, views that keep
 the rows, reductions and gathers along the other dims) up to small per-row results: a
 cross-entropy's row losses, a logsumexp, a softmax's gathered probability. It replaces those
-nodes by one call of the custom op `minicomp::chunked_rows` defined here, a `Region` in this
-process's registry named by the hash of what it computes. Its forward computes the matmul and
-the region for `rows` rows at a time and writes each chunk's results; the [N, V] product
-never exists whole. Its backward (`minicomp::chunked_rows_backward`) computes each chunk's
-product again, backpropagates the chunk's share of the incoming gradients through the region
-(autograd on the region's ATen nodes), writes the chunk's rows of `a`'s gradient and adds the
-chunk's share of `b`'s (and of a bias's, or of any input the rows share) into one
-accumulator: in float32 for 16-bit values where that accumulator fits the budget, else in
-place in the gradient's dtype (cuBLAS adds each chunk's product in float32 and rounds once per
-chunk). Both are opaque ops to AOTAutograd (what it saves for the backward is `a`, `b` and the
-region's side inputs: no [N, V] value) and extern calls to the pipeline.
+nodes by one call of a custom op defined here, naming a `Region` in this process's registry by
+the hash of what it computes. Each chunk's [rows, V] product exists only while its chunk runs;
+the whole product never does.
 
-Chunk size: the rows whose widest region value and its gradient fit config
-"chunk_budget_bytes" (row_regions.chunk_rows).
+- `minicomp::chunked_rows_early`, where what reads the results up to the loss is linear in them
+  (linear_tail.py): the forward computes each chunk's product once, its results, and at once
+  the chunk's share of the gradients for the incoming gradients the tail gives the results
+  (their `weights`, the tail's gradient at zeros). The backward scales those gradients by the
+  loss's gradient: no product is made again.
+- `minicomp::chunked_rows` otherwise: the forward computes the results; its backward
+  (`minicomp::chunked_rows_backward`) computes each chunk's product again and backpropagates the
+  chunk's share of the incoming gradients.
+
+Per chunk, the region and its backward run as one graph (`Region.joint`: autograd traced
+through the region's ATen nodes, a gather's gradient as a select: capture/one_hot.py), compiled
+by minicomp.jit: one fused kernel reads the chunk's product and writes the results and the
+product's gradient, no other [rows, V] value. The chunk's rows of `a`'s gradient are that
+gradient times b; its share of `b`'s (and of a bias's, or of any input the rows share) is added
+into one accumulator: float32 for a 16-bit vector (a bias), in place in the gradient's dtype for
+a weight (cuBLAS adds each chunk's product in float32 and rounds once per chunk). A V that is
+not 16 bytes whole (GPT-2's 50257) is padded with zero columns for cuBLAS's fast kernels, in b,
+the bias, the product's gradient (written padded by the joint) and W's gradient buffer.
+
+The ops are opaque to AOTAutograd (what it saves for the backward: `a`, `b` and the side inputs,
+or the early gradients; no [N, V] value) and extern calls to the pipeline. Chunk size: the rows
+whose [rows, V] values fit config "chunk_budget_bytes" (row_regions.chunk_rows).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 from dataclasses import dataclass, field
 
 import torch
 
+from minicomp import config
+
 REGIONS: dict[str, Region] = {}  # key -> the region the op computes (this process)
 
 ROWS, WHOLE = "rows", "whole"  # a side input sliced by rows, or read whole by every chunk
-COMPILE_ON_CPU = False  # Region.run
+COMPILE_ON_CPU = False  # Region.run, Region.joint
 SIZED = {"view", "_unsafe_view", "reshape", "expand"}  # ops whose size argument holds the row count
 
 
@@ -51,8 +66,10 @@ class Region:
     outputs: list[tuple[tuple[int, ...], torch.dtype, int]]
     diff: list[int]
     budget: int
+    tail: torch.fx.GraphModule | None = None  # (*results, *tail inputs) -> the loss: linear_tail.py
     bodies: dict[int, torch.fx.GraphModule] = field(default_factory=dict)
-    compiled: dict[int, object] = field(default_factory=dict)
+    compiled: dict[int, object] = field(default_factory=dict)  # run(): per rows
+    joints: dict[tuple, object] = field(default_factory=dict)  # joint(): per rows, wanted sides, layouts
 
     def body(self, rows: int) -> torch.fx.GraphModule:
         """The region for a chunk of `rows` rows: the template with each size argument's leading
@@ -67,10 +84,8 @@ class Region:
         return self.bodies[rows]
 
     def run(self, rows: int, device: torch.device):
-        """The region for a chunk of `rows` rows compiled by minicomp (minicomp.jit: fused
-        kernels, a backward of its own; a chunk it cannot compile runs its ATen nodes eagerly, by
-        the fallback policy). On the CPU (Triton's interpreter) the ATen nodes run eagerly unless
-        COMPILE_ON_CPU: the tests compare both with eager."""
+        """The region alone (no gradient) for a chunk of `rows` rows, compiled by minicomp.jit (on
+        the CPU run as traced unless COMPILE_ON_CPU)."""
         if device.type == "cpu" and not COMPILE_ON_CPU:
             return self.body(rows)
         if rows not in self.compiled:
@@ -88,9 +103,27 @@ class Region:
         bias = inputs[2] if self.bias else None
         return a, b, bias, inputs[3 if self.bias else 2 :]
 
-    def logits(self, a, b, bias, start: int, end: int) -> torch.Tensor:
+    def padded(self, b: torch.Tensor, bias: torch.Tensor | None):
+        """(b, bias) as the chunks' products take them: with zero columns up to `padded_width`
+        where cuBLAS needs whole 16 bytes for its fast kernels (a vocabulary of 50257:
+        plan/pad_matmuls.py), copied once a call; else as they are."""
+        v = b.shape[1]
+        width = padded_width(v, b.dtype, b.device)
+        if width is None:
+            return b, bias
+        weight = b.new_zeros(width, b.shape[0])  # [Vp, D]: b's transpose, the layout of a Linear's weight
+        weight[:v].copy_(b.t())
+        if bias is not None and bias.shape[-1] == v:
+            wide = bias.new_zeros(*bias.shape[:-1], width)
+            wide[..., :v].copy_(bias)
+            bias = wide
+        return weight.t(), bias
+
+    def logits(self, a, b, bias, start: int, end: int, width: int) -> torch.Tensor:
+        """The chunk's product by `b` (and `bias`) from `padded`: a view of its first `width` columns."""
         rows = a[start:end]
-        return torch.mm(rows, b) if bias is None else torch.addmm(bias, rows, b)
+        product = torch.mm(rows, b) if bias is None else torch.addmm(bias, rows, b)
+        return product if product.shape[1] == width else product[:, :width]
 
     def side_chunks(self, sides, start: int, end: int) -> list:
         return [
@@ -100,10 +133,11 @@ class Region:
 
     def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         a, b, bias, sides = self.split(inputs)
+        width, (b, bias) = b.shape[1], self.padded(b, bias)
         outs = [torch.empty(shape, dtype=dtype, device=a.device) for shape, dtype, _ in self.outputs]
         for start, end in self.chunks():
             found = self.run(end - start, a.device)(
-                self.logits(a, b, bias, start, end), *self.side_chunks(sides, start, end)
+                self.logits(a, b, bias, start, end, width), *self.side_chunks(sides, start, end)
             )
             for out, value, (_, _, rest) in zip(outs, found, self.outputs):
                 out.view(self.n_rows, *rest)[start:end].copy_(value)
@@ -111,74 +145,178 @@ class Region:
 
     def backward(self, inputs: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
         a, b, bias, sides = self.split(inputs)
-        first_side = 3 if self.bias else 2
-        result = {i: self._gradient_buffer(i, inputs[i]) for i in self.diff}
+        width, (b, bias) = b.shape[1], self.padded(b, bias)
+        result = {i: self._gradient_buffer(i, inputs[i], inputs[1].shape[1]) for i in self.diff}
         for start, end in self.chunks():
-            chunk_sides = self.side_chunks(sides, start, end)
             with torch.no_grad():
-                logits = self.logits(a, b, bias, start, end)
-            leaves = [logits.requires_grad_()]
-            wanted = [i for i in self.diff if i >= first_side]
-            for i in wanted:
-                chunk_sides[i - first_side] = chunk_sides[i - first_side].detach().requires_grad_()
-                leaves.append(chunk_sides[i - first_side])
-            with torch.enable_grad(), _autograd_on():
-                found = self.run(end - start, a.device)(*leaves[:1], *chunk_sides)
-                pairs = [
-                    (value, grad.reshape(self.n_rows, *rest)[start:end])
-                    for value, grad, (_, _, rest) in zip(found, grads, self.outputs)
-                    if grad is not None and value.requires_grad
-                ]
-                got = (
-                    torch.autograd.grad([v for v, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
-                    if pairs
-                    else [None] * len(leaves)
-                )
-            d_logits = got[0]
-            if d_logits is not None:
-                self._matmul_grads(result, a, b, d_logits, start, end)
-            for i, grad in zip(wanted, got[1:]):
-                if grad is None:
-                    continue
-                role, shape = self.sides[i - first_side]
-                if role == ROWS:
-                    result[i].view(shape)[start:end].copy_(grad)
-                elif tuple(shape) != tuple(result[i].shape):
-                    result[i].add_(grad.reshape(result[i].shape))
-                else:
-                    result[i].add_(grad)
-        return [result[i].to(inputs[i].dtype) if result[i].dtype != inputs[i].dtype else result[i] for i in self.diff]
+                logits = self.logits(a, b, bias, start, end, width)
+            self._chunk_gradients(result, (a, b, sides), logits, grads, start, end)
+        return self._finished(result, inputs)
 
-    def _matmul_grads(self, result: dict, a, b, d_logits, start: int, end: int) -> None:
+    def forward_with_gradients(self, inputs: list[torch.Tensor], weights: list[torch.Tensor]):
+        """(results, gradients): the forward's results, and the gradients of the diff inputs for
+        incoming gradients `weights` (one per result), each chunk backpropagated while its
+        product is there (linear_tail.py: the caller scales them by the loss's gradient)."""
+        a, b, bias, sides = self.split(inputs)
+        width, (b, bias) = b.shape[1], self.padded(b, bias)
+        outs = [torch.empty(shape, dtype=dtype, device=a.device) for shape, dtype, _ in self.outputs]
+        result = {i: self._gradient_buffer(i, inputs[i], inputs[1].shape[1]) for i in self.diff}
+        for start, end in self.chunks():
+            with torch.no_grad():
+                logits = self.logits(a, b, bias, start, end, width)
+            found = self._chunk_gradients(result, (a, b, sides), logits, weights, start, end)
+            for out, value, (_, _, rest) in zip(outs, found, self.outputs):
+                out.view(self.n_rows, *rest)[start:end].copy_(value.detach())
+        return outs, self._finished(result, inputs)
+
+    def tail_weights(self, tail_inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        """The tail's gradient with respect to each result (linear in them: taken at zeros)."""
+        zeros = [torch.zeros(shape, dtype=dtype, device=device, requires_grad=True) for shape, dtype, _ in self.outputs]
+        with torch.enable_grad(), _autograd_on():
+            loss = self.tail(*zeros, *tail_inputs)
+            found = torch.autograd.grad(loss, zeros, allow_unused=True)
+        return [torch.zeros_like(z) if g is None else g.detach() for z, g in zip(zeros, found)]
+
+    def _chunk_gradients(self, result: dict, operands, logits, grads, start: int, end: int) -> list[torch.Tensor]:
+        """Backpropagates the rows [start, end) of `grads` (one per result, or None) through the
+        region at the chunk's product `logits`, into `result`; the chunk's results. `operands`:
+        (a, b from `padded`, the side inputs)."""
+        a, b, sides = operands
+        first_side = 3 if self.bias else 2
+        wanted = tuple(i - first_side for i in self.diff if i >= first_side)
+        weights = [
+            torch.zeros(self.n_rows, *rest, dtype=dtype, device=a.device)[start:end]
+            if grad is None
+            else grad.reshape(self.n_rows, *rest)[start:end]
+            for grad, (_, dtype, rest) in zip(grads, self.outputs)
+        ]
+        args = [logits, *self.side_chunks(sides, start, end), *weights]
+        found = self.joint(end - start, wanted, b.shape[1], args)(*args)
+        n = len(self.outputs)
+        values, d_logits, side_grads = found[:n], found[n], found[n + 1 :]
+        self._matmul_grads(result, a, b, d_logits, logits.shape[1], start, end)
+        for j, grad in zip(wanted, side_grads):
+            i = j + first_side
+            role, shape = self.sides[j]
+            if role == ROWS:
+                result[i].view(shape)[start:end].copy_(grad)
+            elif tuple(shape) != tuple(result[i].shape):
+                result[i].add_(grad.reshape(result[i].shape))
+            else:
+                result[i].add_(grad)
+        return values
+
+    def joint(self, rows: int, wanted: tuple[int, ...], width: int, args: list[torch.Tensor]):
+        """The region and its backward as one function of (logits, *sides, *weights) -> (*results,
+        logits' gradient with zero columns up to `width` (`padded`'s), *the gradients of the sides
+        `wanted`), for a chunk of `rows` rows: one
+        ATen graph (autograd traced through the region's nodes), compiled by minicomp.jit (fused
+        kernels that make no [rows, V] value but the gradient) or run as traced on the CPU
+        (COMPILE_ON_CPU)."""
+        compiled = args[0].device.type != "cpu" or COMPILE_ON_CPU
+        key = (rows, wanted, width, tuple((t.dtype, t.stride()) for t in args), compiled)
+        if key not in self.joints:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            from minicomp import capture
+            from minicomp.capture import one_hot
+
+            body, n_sides = self.body(rows), len(self.sides)
+
+            def forward_and_backward(logits, *rest):
+                sides, weights = list(rest[:n_sides]), rest[n_sides:]
+                with torch.enable_grad():
+                    leaves = [logits.detach().requires_grad_()]
+                    for j in wanted:
+                        sides[j] = sides[j].detach().requires_grad_()
+                        leaves.append(sides[j])
+                    values = body(leaves[0], *sides)
+                    pairs = [(v, w) for v, w in zip(values, weights) if v.requires_grad]
+                    got = torch.autograd.grad([v for v, _ in pairs], leaves, [w for _, w in pairs], allow_unused=True)
+                got = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, got)]
+                if width != got[0].shape[1]:  # written padded by the kernel that computes it: no copy
+                    got[0] = torch.constant_pad_nd(got[0], [0, width - got[0].shape[1]])
+                return (*[v.detach() for v in values], *got)
+
+            def trace():  # (on a thread of its own: see below)
+                table = {**capture.decompositions(), **one_hot.table()}  # (the gather's gradient as a select)
+                return make_fx(forward_and_backward, tracing_mode="fake", decomposition_table=table)(*args)
+
+            # A custom op's kernel runs with dispatcher state (thread-local) that make_fx cannot nest in
+            # (torch 2.11: an internal assert in PythonFallbackKernel); a new thread starts clean.
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                traced = pool.submit(trace).result()
+            if not compiled:
+                self.joints[key] = traced
+            else:
+                from minicomp.dispatch.jit import jit
+
+                self.joints[key] = jit(traced.forward)
+        return self.joints[key]
+
+    def _finished(self, result: dict, inputs) -> list[torch.Tensor]:
+        """The gradients in the inputs' dtypes and shapes (a padded one as a view of its first
+        columns: W's gradient, the first rows of its padded buffer, contiguous)."""
+        found = [result[i][:, : inputs[i].shape[1]] if i == 1 else result[i] for i in self.diff]
+        return [g.to(inputs[i].dtype) if g.dtype != inputs[i].dtype else g for i, g in zip(self.diff, found)]
+
+    def _matmul_grads(self, result: dict, a, b, full, v: int, start: int, end: int) -> None:
+        """The chunk's shares of the gradients of a (its rows), b and the bias, for the product's
+        gradient: `full`, with zero columns from `v` to b's width (b from `padded`)."""
+        d_logits = full[:, :v] if full.shape[1] != v else full
         if 0 in result:
             rows = result[0][start:end]
             if rows.is_contiguous():
-                torch.mm(d_logits, b.t(), out=rows)
+                torch.mm(full, b.t(), out=rows)
             else:
-                rows.copy_(d_logits @ b.t())
+                rows.copy_(full @ b.t())
         if 1 in result:
-            _add_product(result[1], a[start:end].t(), d_logits)
+            _add_product(result[1], a[start:end].t(), full if result[1].shape[1] == full.shape[1] else d_logits)
         if self.bias and 2 in result:
             result[2].add_(d_logits.sum(0, dtype=result[2].dtype))
 
-    def _gradient_buffer(self, i: int, value: torch.Tensor) -> torch.Tensor:
+    def _gradient_buffer(self, i: int, value: torch.Tensor, width: int) -> torch.Tensor:
         """Zeros for input i's gradient: a row side's contiguous (its rows are written flat), the
         rest laid out like the input (a transposed weight's gradient comes back in the weight's
-        layout: AccumulateGrad would copy one laid out otherwise)."""
+        layout: AccumulateGrad would copy one laid out otherwise). `width`: the product's V."""
         first_side = 3 if self.bias else 2
-        dtype = self._accumulated(i, value)
+        dtype = self._accumulated(i, value, width)
         if i >= first_side and self.sides[i - first_side][0] == ROWS:
             return torch.zeros(value.shape, dtype=dtype, device=value.device)
+        padded = padded_width(value.shape[1], value.dtype, value.device) if i == 1 else None
+        if padded is not None and value.stride(0) == 1:  # b = W.T: W's gradient with W's zero rows (`padded`)
+            return torch.zeros(padded, value.shape[0], dtype=dtype, device=value.device).t()
         return torch.zeros_like(value, dtype=dtype, memory_format=torch.preserve_format)
 
-    def _accumulated(self, i: int, value: torch.Tensor) -> torch.dtype:
+    def _accumulated(self, i: int, value: torch.Tensor, width: int) -> torch.dtype:
         """The dtype input i's gradient is summed in: float32 for a 16-bit input whose gradient
-        sums over chunks (b, a bias, a side every chunk reads whole), when that fits the budget."""
+        sums over chunks (b, a bias, a side every chunk reads whole) and costs no more than a row
+        of the product (a bias's, a vector side's); a weight's is summed in place in its own
+        dtype (cuBLAS adds each chunk's product in float32 and rounds once per chunk): a float32
+        copy of it would outweigh the chunks the budget allows."""
         first_side = 3 if self.bias else 2
         sums = i in (1, 2) if i < first_side else self.sides[i - first_side][0] == WHOLE
-        if sums and value.dtype in (torch.float16, torch.bfloat16) and 4 * value.numel() <= self.budget:
+        if sums and value.dtype in (torch.float16, torch.bfloat16) and value.numel() <= width:
             return torch.float32
         return value.dtype
+
+
+def values_a_row(v: int, dtype: torch.dtype) -> int:
+    """[rows, v] values a CUDA chunk holds at once: its product and the product's gradient, and
+    the gradient's copy with zero columns where v is misaligned (`padded_width`)."""
+    return 2 + (padded_width(v, dtype, torch.device("cuda")) is not None)
+
+
+def padded_width(v: int, dtype: torch.dtype, device: torch.device) -> int | None:
+    """The row length, 16 bytes whole, a [rows, v] matmul operand or result gets for cuBLAS's fast
+    kernels (plan/pad_matmuls.py), or None where v is aligned already or config "pad_matmuls" pads
+    nothing here ("auto": CUDA only)."""
+    from minicomp.plan.pad_matmuls import ALIGNMENT
+
+    align, mode = ALIGNMENT.get(dtype), config.get("pad_matmuls")
+    if not align or v % align == 0 or mode == "never" or (mode == "auto" and device.type != "cuda"):
+        return None
+    return -(-v // align) * align
 
 
 def _add_product(total: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -271,3 +409,48 @@ def _no_double_backward(ctx, *grads):
 
 chunked_rows.register_autograd(_backward, setup_context=_setup_context)
 chunked_rows_backward.register_autograd(_no_double_backward)
+
+
+@torch.library.custom_op("minicomp::chunked_rows_early", mutates_args=())
+def chunked_rows_early(inputs: list[torch.Tensor], tail_inputs: list[torch.Tensor], key: str) -> list[torch.Tensor]:
+    """Region `key`'s row results, then its diff inputs' gradients for the incoming gradients
+    `weights` its linear tail gives the results (tail_inputs: what else the tail reads), then
+    those weights: a chunk at a time, each chunk's product made once."""
+    region = _region(key)
+    weights = region.tail_weights(tail_inputs, inputs[0].device)
+    outs, grads = region.forward_with_gradients(inputs, weights)
+    return [*outs, *grads, *weights]
+
+
+@chunked_rows_early.register_fake
+def _chunked_rows_early_fake(inputs, tail_inputs, key):
+    outs = _chunked_rows_fake(inputs, key)
+    return [*outs, *_chunked_rows_backward_fake(inputs, [], key), *(o.new_empty(o.shape) for o in outs)]
+
+
+def _early_setup_context(ctx, inputs, output):
+    tensors, tail_inputs, key = inputs
+    n, d = len(_region(key).outputs), len(_region(key).diff)
+    ctx.save_for_backward(*output[n:])  # the gradients and the weights: no input, no product
+    ctx.key, ctx.n_inputs, ctx.n_tail, ctx.d = key, len(tensors), len(tail_inputs), d
+
+
+def _early_backward(ctx, grads):
+    """The saved gradients times the loss's gradient G: the results' incoming gradients are
+    G * weights (the tail is linear), so G = <grads, weights> / <weights, weights> (0 where the
+    weights are all zero: every gradient is zero then)."""
+    region = _region(ctx.key)
+    saved = ctx.saved_tensors
+    gradients, weights = saved[: ctx.d], saved[ctx.d :]
+    pairs = [(g.float(), w.float()) for g, w in zip(grads[: len(weights)], weights) if g is not None]
+    result: list = [None] * ctx.n_inputs
+    if pairs:
+        along = sum((g * w).sum() for g, w in pairs)
+        norm = sum((w * w).sum() for _, w in pairs).clamp_min(torch.finfo(torch.float32).tiny)
+        scale = along / norm
+        for i, gradient in zip(region.diff, gradients):
+            result[i] = (gradient.float() * scale).to(gradient.dtype)  # (one kernel in a compiled backward)
+    return result, [None] * ctx.n_tail, None
+
+
+chunked_rows_early.register_autograd(_early_backward, setup_context=_early_setup_context)

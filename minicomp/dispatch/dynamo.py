@@ -84,6 +84,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                     output_layouts=layouts,
                     any_layout=any_layout,
                     donated=donated,
+                    results_over_donated=graphs is None,  # (a replayed forward would write over a gradient)
                 )
             if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
                 forward["saved_layouts"] = saved_layouts.produced(gm, compiled)

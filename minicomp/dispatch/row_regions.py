@@ -26,15 +26,15 @@ import torch
 import torch.fx
 
 from minicomp import config, logs
+from minicomp.dispatch import chunked_rows, linear_tail
 from minicomp.dispatch.chunked_rows import REGIONS, ROWS, SIZED, WHOLE, Region
+from minicomp.dispatch.lost_in_trace import stateful
 
 log = logs.fusion  # MINICOMP_LOGS=fusion: what was chunked, or why not
 
 SMALL = 8  # elements a row a region result may have
 MATMULS = ("mm", "addmm")
 KEEP = {"alias", "clone", "_to_copy", "detach", "lift_fresh_copy"}  # same shape, the rows unchanged
-# ops that grad mode or autocast state would change: a graph holding them is left to AOTAutograd as captured
-_STATEFUL = ("_set_grad_enabled", "_enter_autocast", "_exit_autocast", "set_grad_enabled")
 
 
 def _tables():
@@ -209,13 +209,20 @@ def _dims(node: torch.fx.Node, ndim: int) -> list[int] | None:
 
 
 def chunk_rows(finder: _Finder, budget: int) -> int | None:
-    """Rows a chunk: as many as fit the budget with the region's widest value a row and its
-    gradient (its elements a row times the region's widest dtype, twice), a multiple of 128
-    from 128 on; None when the whole product fits (nothing to gain)."""
+    """Rows a chunk: as many as fit the budget with the chunk's [rows, V] values, a multiple of 128
+    from 128 on; None when the whole product fits (nothing to gain). On CUDA the region and its
+    backward run as fused kernels (chunked_rows.Region.joint) that make the product and its
+    gradient in the product's dtype and no other such value (plus a padded copy of the gradient
+    where cuBLAS needs one); elsewhere they run op by op: the region's widest value and its
+    gradient."""
     nodes = [finder.mm, *finder.region]
     per_row = max(_val(n).numel() // finder.n for n in nodes)
-    widest = max(_val(n).dtype.itemsize for n in nodes)
-    rows = budget // max(2 * per_row * widest, 1)
+    product = _val(finder.mm)
+    if product.device.type == "cuda":
+        row_bytes = per_row * product.dtype.itemsize * chunked_rows.values_a_row(product.shape[1], product.dtype)
+    else:
+        row_bytes = 2 * per_row * max(_val(n).dtype.itemsize for n in nodes)
+    rows = budget // max(row_bytes, 1)
     if rows >= 128:  # whole tiles of the matmul's rows
         rows = rows // 128 * 128
     rows = max(rows, 1)
@@ -290,7 +297,6 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
     region = set(finder.region)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     first_reader = min((u for n in finder.outputs for u in n.users if u not in region), key=order.get)
-    late = _late_ancestors([n for n in inputs if isinstance(n, torch.fx.Node)], order, order[first_reader])
     template = torch.fx.GraphModule(gm, torch.fx.Graph())
     graph = template.graph
     env = {mm: graph.placeholder("logits")}
@@ -313,6 +319,14 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
         (tuple(_val(n).shape), _val(n).dtype, tuple(_val(n).shape[len(finder.prefix[n]) :])) for n in finder.outputs
     ]
     side_roles = [finder.sides[s] for s in sides]
+    tail = linear_tail.find(gm, finder.outputs) if diff else "no gradient is wanted"
+    if isinstance(tail, str):
+        log.info("%s: its gradients in the backward: %s", mm.name, tail)
+        tail = None
+    late = _late_ancestors(
+        [n for n in inputs + (tail.inputs if tail else []) if isinstance(n, torch.fx.Node)], order, order[first_reader]
+    )
+    tail_module = tail.module(gm, finder.outputs) if tail else None
     key = hashlib.sha256(
         repr(
             (
@@ -324,19 +338,27 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
                 rows,
                 budget,
                 finder.n,
+                tail_module.code if tail_module else None,
             )
         ).encode()
     ).hexdigest()[:16]
-    REGIONS.setdefault(key, Region(template, finder.n, rows, bias, side_roles, outputs, diff, budget))
+    REGIONS.setdefault(key, Region(template, finder.n, rows, bias, side_roles, outputs, diff, budget, tail_module))
     for node in late:  # side inputs computed after a result is first read (none of them reads the region)
         first_reader.prepend(node)
     with gm.graph.inserting_before(first_reader):
-        call = gm.graph.call_function(torch.ops.minicomp.chunked_rows.default, ([*inputs], key))
+        call = (
+            gm.graph.call_function(torch.ops.minicomp.chunked_rows_early.default, ([*inputs], [*tail.inputs], key))
+            if tail
+            else gm.graph.call_function(torch.ops.minicomp.chunked_rows.default, ([*inputs], key))
+        )
         for i, node in enumerate(finder.outputs):
             item = gm.graph.call_function(operator.getitem, (call, i))
             item.meta["val"] = _val(node)
             node.replace_all_uses_with(item, delete_user_cb=lambda u, item=item: u is not item and u not in region)
-    log.info("%s: %d rows a chunk of %d (%d results)", mm.name, rows, finder.n, len(finder.outputs))
+    log.info(
+        "%s: %d rows a chunk of %d (%d results; gradients %s)",
+        *(mm.name, rows, finder.n, len(finder.outputs), "in the forward" if tail else "in the backward"),
+    )
     return True
 
 
@@ -402,7 +424,7 @@ def training_function(aot, parts, tensors: list[torch.Tensor]):
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         fakes = [mode.from_tensor(t) for t in tensors]
         if _switches_modes(flat_fn, fakes, mode):  # a trace to ATen would lose a no_grad block
-            log.info("not chunked: the function switches grad mode or autocast")
+            log.info("not chunked: the function switches grad mode or autocast, or detaches a value")
             return aot(flat_fn, compile_forward, compile_backward), False
         aten = _aten_graph(flat_fn, fakes, mode)
         rewritten = rewrite(aten, [t.requires_grad for t in tensors])
@@ -419,12 +441,7 @@ def _switches_modes(fn, fakes, fake_mode) -> bool:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with fake_mode:
-        return stateful(make_fx(fn, pre_dispatch=True)(*fakes))
-
-
-def stateful(gm: torch.fx.GraphModule) -> bool:
-    """Whether a Dynamo graph changes grad mode or autocast (an ATen trace would lose that)."""
-    return any(n.op == "call_function" and getattr(n.target, "__name__", "") in _STATEFUL for n in gm.graph.nodes)
+        return stateful(make_fx(fn, pre_dispatch=True)(*fakes), [getattr(f, "requires_grad", False) for f in fakes])
 
 
 _PRODUCTS = {
@@ -471,7 +488,8 @@ def dynamo_graph(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModu
         return gm
     try:
         aten = _aten_graph(gm, example_inputs, fake_mode)
-        rewritten = rewrite(aten, [isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs])
+        grad = torch.is_grad_enabled()  # (Dynamo guards on it: no gradient is wanted from a graph traced without)
+        rewritten = rewrite(aten, [grad and isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs])
     except Exception as err:  # noqa: BLE001 - the graph goes on as Dynamo captured it
         log.info("not chunked: tracing to ATen failed: %s", err)
         return gm

@@ -172,6 +172,7 @@ class Plan:
     spaces: dict[str, ReductionSpace] = field(default_factory=dict)  # node -> the reduction space it is in
     interior: dict[str, str] = field(default_factory=dict)  # value -> the padded buffer it is written inside
     donated: frozenset[str] = frozenset()  # inputs whose memory the call may take over once they die
+    results_over_donated: bool = False  # whether a result may be written there too (codegen/reuse.py)
 
     @property
     def kernels(self) -> list[Kernel]:

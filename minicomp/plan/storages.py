@@ -104,10 +104,27 @@ def exclusive_outputs(plan: Plan) -> frozenset[str]:
     is memory its backward may take over (dispatch/dynamo.py `donated`)."""
     storages = Storages.of(plan)
     outputs = [o for o in plan.graph.outputs if isinstance(o, str)]
-    reach = [storages.owner.get(o, o) for o in outputs]
+    apart = results_apart(plan, storages)
+    reach = [o if o in apart else storages.owner.get(o, o) for o in outputs]
     made = {name for step in plan.steps for name in defines(step)}  # no input, constant or padded buffer
     return frozenset(
         o
         for o, base in zip(outputs, reach)
-        if base in made and reach.count(base) == 1 and (storages.owns_memory(o) or base != o)
+        if reach.count(base) == 1 and (o in apart or (base in made and (storages.owns_memory(o) or base != o)))
     )
+
+
+def results_apart(plan: Plan, storages: Storages) -> frozenset[str]:
+    """The results of multi-result extern calls that made new memory (a custom op's list, an ATen
+    op returning no alias), where nothing views them: each result is memory of its own, though
+    `Storages` counts them as the call's."""
+    graph = plan.graph
+    found = set()
+    for name, owner in storages.owner.items():
+        if owner == name or graph[name].target is not operator.getitem or storages.owner.get(owner) != owner:
+            continue
+        if graph[name].inputs()[0] != owner or owner not in plan.kinds or plan.kinds[owner] is not NodeKind.EXTERN:
+            continue
+        found.add(name)
+    viewed = {o for v, o in storages.owner.items() if v != o and v not in found}  # a view of some call's result
+    return frozenset(n for n in found if storages.owner[n] not in viewed)

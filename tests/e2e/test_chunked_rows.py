@@ -51,11 +51,13 @@ def _inputs(dtype=torch.float32, batch=None):
 
 
 def _check(fn, inputs, atol=1e-5, rtol=1e-4, rows=N, how="dynamo"):
-    """fn through the backend (or minicomp.jit, how="jit") against eager; the graphs minicomp
-    compiles and the chunks' ops never hold a value of N * V elements."""
+    """fn through the backend (or minicomp.jit, how="jit") against eager, with an incoming gradient
+    of 3; the graphs minicomp compiles and the chunks' ops never hold a value of N * V elements. A
+    scalar loss (a linear tail: linear_tail.py) has its gradients made in the forward, by one
+    `chunked_rows_early` call; any other result by a `chunked_rows` call and its backward."""
     h, W = inputs[:2]
     ref = fn(*inputs)
-    ref_grads = torch.autograd.grad(ref, [h, W], torch.ones_like(ref))
+    ref_grads = torch.autograd.grad(ref, [h, W], torch.full_like(ref, 3.0))
     graphs, seen = [], Largest()
     compile_graph = pipeline.compile_graph
 
@@ -76,17 +78,20 @@ def _check(fn, inputs, atol=1e-5, rtol=1e-4, rows=N, how="dynamo"):
         patch.setattr(pipeline, "compile_graph", recording)  # (jit's training path imports it when it compiles)
         compiled = torch.compile(fn, backend=dynamo.backend) if how == "dynamo" else minicomp.jit(fn, fallback="raise")
         out = compiled(*inputs)  # compiles the graphs and each chunk's region (minicomp.jit)
-        torch.autograd.grad(out, [h, W], torch.ones_like(out))
-        patch.setattr(chunked_rows.Region, "forward", watched(chunked_rows.Region.forward))
-        patch.setattr(chunked_rows.Region, "backward", watched(chunked_rows.Region.backward))
+        torch.autograd.grad(out, [h, W], torch.full_like(out, 3.0))
+        for method in ("forward", "backward", "forward_with_gradients"):
+            patch.setattr(chunked_rows.Region, method, watched(getattr(chunked_rows.Region, method)))
         out = compiled(*inputs)
-        grads = torch.autograd.grad(out, [h, W], torch.ones_like(out))
+        grads = torch.autograd.grad(out, [h, W], torch.full_like(out, 3.0))
     torch.testing.assert_close(out, ref, atol=atol, rtol=rtol)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
     assert len(graphs) >= 2  # forward and backward (and the chunks' regions where minicomp.jit compiles them)
-    calls = [n for gm in graphs for n in gm.graph.nodes if "chunked_rows" in str(n.target)]
-    assert len(calls) == 2, "a chunked_rows call in the forward and its backward in the backward"
+    calls = sorted(str(n.target) for gm in graphs for n in gm.graph.nodes if "chunked_rows" in str(n.target))
+    if out.numel() == 1:
+        assert calls == ["minicomp.chunked_rows_early.default"], "gradients made in the forward"
+    else:
+        assert calls == ["minicomp.chunked_rows.default", "minicomp.chunked_rows_backward.default"]
     for gm in graphs:
         for node in gm.graph.nodes:
             val = node.meta.get("val")
@@ -256,15 +261,24 @@ def test_cuda_peak_below_the_product():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     n, d, v = 2048, 256, 32000
-    torch.manual_seed(0)
-    h = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    W = (torch.randn(v, d, device="cuda") / 16).to(torch.bfloat16).requires_grad_()
-    y = torch.randint(0, v, (n,), device="cuda")
-    y[::7] = -100
 
     def fn(h, W, y):
         return F.cross_entropy((h @ W.T).float(), y, label_smoothing=0.1)
 
+    peak = cuda_step_against_eager(fn, n, d, v, ignored_every=7)
+    assert peak < n * v * 4, f"peak {peak / 2**20:.0f} MiB"
+
+
+def cuda_step_against_eager(fn, n: int, d: int, v: int, ignored_every: int | None = None) -> int:
+    """fn(h, W, y) through the backend on CUDA (bf16 h [n, d], W [v, d], a 16 MiB budget) against
+    eager, values and gradients; the bytes its second step's peak holds above what was allocated
+    before it."""
+    torch.manual_seed(0)
+    h = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    W = (torch.randn(v, d, device="cuda") / 16).to(torch.bfloat16).requires_grad_()
+    y = torch.randint(0, v, (n,), device="cuda")
+    if ignored_every:
+        y[::ignored_every] = -100
     ref = fn(h, W, y)
     ref_grads = torch.autograd.grad(ref, [h, W])
     torch._dynamo.reset()
@@ -281,7 +295,7 @@ def test_cuda_peak_below_the_product():
     torch.testing.assert_close(out, ref, atol=2e-3, rtol=2e-3)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
-    assert peak < n * v * 4, f"peak {peak / 2**20:.0f} MiB"
+    return peak
 
 
 def test_no_grad_forward_is_chunked(monkeypatch):
@@ -346,3 +360,65 @@ def test_a_gather_whose_index_is_not_by_rows_stays_whole():
     function, chunked = _jit_training_function(fn, h, W, index)
     assert not chunked
     torch.testing.assert_close(function(h, W, index), fn(h, W, index))
+
+
+def _detached_max(h, W, y):
+    losses = F.cross_entropy(h @ W.T, y, reduction="none")
+    return losses.sum() / losses.detach().max()
+
+
+def test_a_detach_is_not_traced_away():
+    """Regression: the functionalized ATen trace the rewrite reads turned `detach` into `alias`, so
+    the chunked backward sent a gradient through the detached max (h's gradient off by 2.6). A
+    graph that detaches is left whole, through the backend and through jit's training path."""
+    h, W, y = _inputs()
+    ref = _detached_max(h, W, y)
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        out = torch.compile(_detached_max, backend=dynamo.backend)(h, W, y)
+        grads = torch.autograd.grad(out, [h, W])
+    for got, want in zip(grads, torch.autograd.grad(ref, [h, W])):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    function, chunked = _jit_training_function(_detached_max, h, W, y)
+    assert not chunked
+    expected = torch.autograd.grad(_detached_max(h, W, y), h)[0]
+    torch.testing.assert_close(torch.autograd.grad(function(h, W, y), h)[0], expected)
+
+
+def test_a_block_that_turns_autocast_off_is_chunked():
+    """A block that turns autocast off where it was off (transformers' Llama computes its rotary
+    embedding so) changes nothing: the graph is still chunked, and right."""
+
+    def fn(h, W, y):
+        with torch.autocast("cpu", enabled=False):
+            h = h * 2
+        return F.cross_entropy(h @ W.T, y)
+
+    assert _rewritten(fn, *_inputs())
+    _check(fn, _inputs())
+
+
+def test_a_no_grad_block_of_constants_is_chunked():
+    """A no_grad block that reads nothing needing a gradient (transformers' Llama computes its rotary
+    cos and sin so) loses nothing in the ATen trace: the graph is chunked, and right. One that reads
+    h is not (test_a_no_grad_block_is_not_chunked_away)."""
+    positions = torch.arange(N, dtype=torch.float32)
+
+    def fn(h, W, y):
+        with torch.no_grad():
+            scale = 1 + positions.cos()[:, None] / 4
+        return F.cross_entropy((h * scale) @ W.T, y)
+
+    _check(fn, _inputs())
+
+    def reads_h(h, W, y):
+        with torch.no_grad():
+            scale = h.abs().mean()
+        return F.cross_entropy((h / scale) @ W.T, y)
+
+    h, W, y = _inputs()
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        out = torch.compile(reads_h, backend=dynamo.backend)(h, W, y)
+        got = torch.autograd.grad(out, h)[0]
+    torch.testing.assert_close(got, torch.autograd.grad(reads_h(h, W, y), h)[0], atol=1e-5, rtol=1e-4)
