@@ -11,7 +11,8 @@ frame_families.py the kernel families of a function Dynamo compiles, shared by i
 guarded_calls.py  a Dynamo graph's first call that fails, run as captured instead
 donations.py      the saved activations a backward may write over (donated buffers)
 row_regions.py    a matmul whose product only row reductions read (a loss), found and rewritten to chunks
-chunked_rows.py   the ops that compute such a region a chunk of rows at a time, and its backward
+chunked_rows.py   Region: such a region computed a chunk of rows at a time, forward and backward
+chunked_ops.py    the custom ops a graph calls for it (opaque to AOTAutograd)
 linear_tail.py    a loss linear in the region's results: the region's gradients made in its forward
 lost_in_trace.py  what the rewrite's ATen trace would lose (grad-mode switches, autocast, detach)
 persist.py        entries on disk, so a second process skips compiling

@@ -26,7 +26,7 @@ import torch
 import torch.fx
 
 from minicomp import config, logs
-from minicomp.dispatch import chunked_rows, linear_tail
+from minicomp.dispatch import chunked_ops, chunked_rows, linear_tail  # noqa: F401 - chunked_ops: the ops registered
 from minicomp.dispatch.chunked_rows import REGIONS, ROWS, SIZED, WHOLE, Region
 from minicomp.dispatch.lost_in_trace import stateful
 

@@ -1,0 +1,128 @@
+"""The custom ops a chunked region runs as (chunked_rows.py's `Region`, by its registry key).
+
+    minicomp::chunked_rows(inputs, key)                  the region's row results
+    minicomp::chunked_rows_backward(inputs, grads, key)  its inputs' gradients, each chunk's product made again
+    minicomp::chunked_rows_early(inputs, tail_inputs, key)
+        the results, then the gradients for the weights the linear tail gives them (linear_tail.py),
+        then those weights; its backward scales the gradients by the loss's gradient
+
+All are opaque to AOTAutograd and extern calls to the pipeline; registering them is importing this
+module (row_regions.py does, before it writes a call of one into a graph).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minicomp.dispatch.chunked_rows import REGIONS, ROWS, Region
+
+
+def _region(key: str) -> Region:
+    try:
+        return REGIONS[key]
+    except KeyError:
+        raise RuntimeError(
+            f"minicomp::chunked_rows region {key} is not known in this process (it is registered when "
+            "the graph that uses it is compiled)"
+        ) from None
+
+
+@torch.library.custom_op("minicomp::chunked_rows", mutates_args=())
+def chunked_rows(inputs: list[torch.Tensor], key: str) -> list[torch.Tensor]:
+    """The row results of region `key` over inputs (a, b, bias?, *sides), a chunk at a time."""
+    return _region(key).forward(inputs)
+
+
+@chunked_rows.register_fake
+def _chunked_rows_fake(inputs, key):
+    device = inputs[0].device
+    return [inputs[0].new_empty(shape, dtype=dtype, device=device) for shape, dtype, _ in _region(key).outputs]
+
+
+@torch.library.custom_op("minicomp::chunked_rows_backward", mutates_args=())
+def chunked_rows_backward(inputs: list[torch.Tensor], grads: list[torch.Tensor | None], key: str) -> list[torch.Tensor]:
+    """The gradients of region `key`'s differentiable inputs, a chunk at a time."""
+    return _region(key).backward(inputs, grads)
+
+
+@chunked_rows_backward.register_fake
+def _chunked_rows_backward_fake(inputs, grads, key):
+    region = _region(key)
+    first_side = 3 if region.bias else 2
+    return [
+        inputs[i].new_empty(inputs[i].shape)
+        if i >= first_side and region.sides[i - first_side][0] == ROWS
+        else torch.empty_like(inputs[i], memory_format=torch.preserve_format)
+        for i in region.diff
+    ]
+
+
+def _setup_context(ctx, inputs, output):
+    tensors, key = inputs
+    ctx.save_for_backward(*tensors)
+    ctx.key = key
+
+
+def _backward(ctx, grads):
+    region = _region(ctx.key)
+    inputs = list(ctx.saved_tensors)
+    found = chunked_rows_backward(inputs, list(grads), ctx.key) if region.diff else []
+    result: list = [None] * len(inputs)
+    for i, grad in zip(region.diff, found):
+        result[i] = grad
+    return result, None
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError(
+        "minicomp::chunked_rows_backward is not differentiable (a double backward through a chunked loss)"
+    )
+
+
+chunked_rows.register_autograd(_backward, setup_context=_setup_context)
+chunked_rows_backward.register_autograd(_no_double_backward)
+
+
+@torch.library.custom_op("minicomp::chunked_rows_early", mutates_args=())
+def chunked_rows_early(inputs: list[torch.Tensor], tail_inputs: list[torch.Tensor], key: str) -> list[torch.Tensor]:
+    """Region `key`'s row results, then its diff inputs' gradients for the incoming gradients
+    `weights` its linear tail gives the results (tail_inputs: what else the tail reads), then
+    those weights: a chunk at a time, each chunk's product made once."""
+    region = _region(key)
+    weights = region.tail_weights(tail_inputs, inputs[0].device)
+    outs, grads = region.forward_with_gradients(inputs, weights)
+    return [*outs, *grads, *weights]
+
+
+@chunked_rows_early.register_fake
+def _chunked_rows_early_fake(inputs, tail_inputs, key):
+    outs = _chunked_rows_fake(inputs, key)
+    return [*outs, *_chunked_rows_backward_fake(inputs, [], key), *(o.new_empty(o.shape) for o in outs)]
+
+
+def _early_setup_context(ctx, inputs, output):
+    tensors, tail_inputs, key = inputs
+    n, d = len(_region(key).outputs), len(_region(key).diff)
+    ctx.save_for_backward(*output[n:])  # the gradients and the weights: no input, no product
+    ctx.key, ctx.n_inputs, ctx.n_tail, ctx.d = key, len(tensors), len(tail_inputs), d
+
+
+def _early_backward(ctx, grads):
+    """The saved gradients times the loss's gradient G: the results' incoming gradients are
+    G * weights (the tail is linear), so G = <grads, weights> / <weights, weights> (0 where the
+    weights are all zero: every gradient is zero then)."""
+    region = _region(ctx.key)
+    saved = ctx.saved_tensors
+    gradients, weights = saved[: ctx.d], saved[ctx.d :]
+    pairs = [(g.float(), w.float()) for g, w in zip(grads[: len(weights)], weights) if g is not None]
+    result: list = [None] * ctx.n_inputs
+    if pairs:
+        along = sum((g * w).sum() for g, w in pairs)
+        norm = sum((w * w).sum() for _, w in pairs).clamp_min(torch.finfo(torch.float32).tiny)
+        scale = along / norm
+        for i, gradient in zip(region.diff, gradients):
+            result[i] = (gradient.float() * scale).to(gradient.dtype)  # (one kernel in a compiled backward)
+    return result, [None] * ctx.n_tail, None
+
+
+chunked_rows_early.register_autograd(_early_backward, setup_context=_early_setup_context)
