@@ -320,6 +320,11 @@ def _eager_backward(ctx, all_args: list, forward: dict) -> list:
         why = "its graphs or the call's inputs are not at hand"
     elif any(torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()) for n in fw_gm.graph.nodes):
         why = "it draws random numbers, which running it again would draw anew"
+    elif any(n.target is torch.ops.minicomp.chunked_rows_early.default for n in fw_gm.graph.nodes):
+        why = (
+            'its chunked loss (config "chunk_budget_bytes") makes its gradients in the forward, '
+            "which are not differentiable"
+        )
     if why is not None:
         raise RuntimeError(f"minicomp cannot differentiate the compiled backward (create_graph=True) here: {why}")
     with torch.enable_grad():

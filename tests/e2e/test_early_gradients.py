@@ -244,3 +244,15 @@ def test_gradients_scaled_over_themselves(over, module_sources, monkeypatch):
     assert ("as_strided" in backward) == over
     for got, want in zip(grads, torch.autograd.grad(F.cross_entropy(h @ W.T, y), [h, W], torch.tensor(3.0))):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_a_double_backward_is_refused():
+    """Regression: create_graph=True through a loss whose gradients were made in the forward gave a
+    second derivative 0.05 off (the saved gradients hold no graph back to h and W); now a one-line
+    error, at the first backward."""
+    h, W, y = _inputs()
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        out = torch.compile(lambda h, W, y: F.cross_entropy(h @ W.T, y), backend=dynamo.backend)(h, W, y)
+        with pytest.raises(RuntimeError, match="gradients in the forward, which are not differentiable"):
+            torch.autograd.grad(out, h, create_graph=True)
