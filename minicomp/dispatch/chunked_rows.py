@@ -144,18 +144,12 @@ class Region:
         return outs
 
     def backward(self, inputs: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
-        a, b, bias, sides = self.split(inputs)
-        width, (b, bias) = b.shape[1], self.padded(b, bias)
-        result = {i: self._gradient_buffer(i, inputs[i], inputs[1].shape[1]) for i in self.diff}
-        for start, end in self.chunks():
-            with torch.no_grad():
-                logits = self.logits(a, b, bias, start, end, width)
-            self._chunk_gradients(result, (a, b, sides), logits, grads, start, end)
-        return self._finished(result, inputs)
+        """The diff inputs' gradients for the results' incoming `grads`, each chunk's product made again."""
+        return self.forward_with_gradients(inputs, grads)[1]
 
-    def forward_with_gradients(self, inputs: list[torch.Tensor], weights: list[torch.Tensor]):
+    def forward_with_gradients(self, inputs: list[torch.Tensor], weights: list[torch.Tensor | None]):
         """(results, gradients): the forward's results, and the gradients of the diff inputs for
-        incoming gradients `weights` (one per result), each chunk backpropagated while its
+        incoming gradients `weights` (one per result, or None), each chunk backpropagated while its
         product is there (linear_tail.py: the caller scales them by the loss's gradient)."""
         a, b, bias, sides = self.split(inputs)
         width, (b, bias) = b.shape[1], self.padded(b, bias)
@@ -185,7 +179,7 @@ class Region:
         first_side = 3 if self.bias else 2
         wanted = tuple(i - first_side for i in self.diff if i >= first_side)
         weights = [
-            torch.zeros(self.n_rows, *rest, dtype=dtype, device=a.device)[start:end]
+            torch.zeros(end - start, *rest, dtype=dtype, device=a.device)
             if grad is None
             else grad.reshape(self.n_rows, *rest)[start:end]
             for grad, (_, dtype, rest) in zip(grads, self.outputs)
