@@ -119,15 +119,15 @@ def compile_graph(
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     try:
-        rendered = codegen.render_module(plan, name, families)  # Triton kernels + Python wrapper, as text
+        rendered = _parsing(codegen.render_module, plan, name, families)  # Triton kernels + Python wrapper, as text
     except NotImplementedError as err:  # a kernel it cannot write: once more, that kernel's reductions unfused
         plan = _unfused(plan, err, name, freed_inputs, output_layouts or [])
-        rendered = codegen.render_module(plan, name, families)
+        rendered = _parsing(codegen.render_module, plan, name, families)
     source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
     clock.lap("codegen")
     interpret = _runs_on_cpu(graph)
-    module = runtime.load(source, name, interpret)
+    module = _parsing(runtime.load, source, name, interpret)
     clock.lap("load")
     if not interpret:
         _compile_ahead(module, rendered.kernels, graph)
@@ -136,6 +136,21 @@ def compile_graph(
     boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
     boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
     return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+
+
+def _parsing(stage: Callable, *args):
+    """`stage(*args)` for a stage that parses Python (codegen's checks read the module with `ast`;
+    loading makes Triton parse each kernel), once more where CPython 3.11's `ast` failed
+    spuriously: "AST constructor recursion depth mismatch" (cpython#106905: its depth counter is
+    shared by the process, so a parse run meanwhile, by another thread or a finalizer, upsets it).
+    The stages are pure: the second run writes what the first would have."""
+    try:
+        return stage(*args)
+    except SystemError as err:
+        if "recursion depth mismatch" not in str(err):
+            raise
+        logs.cache.info("%s: a spurious SystemError from Python's ast (%s); run again", stage.__name__, err)
+        return stage(*args)
 
 
 def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts) -> Plan:
