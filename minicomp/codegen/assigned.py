@@ -27,14 +27,15 @@ def check_assigned(text: str) -> None:
     """Raise `UnassignedName` for the first read, in any function of the module `text`, of a name
     not assigned on every path before it (a local) or not defined by the module (any other)."""
     tree = ast.parse(text)
-    known = BUILTINS | _module_names(tree)
+    walrus = ":=" in text  # else no expression binds a name: `_stored` walks only targets
+    known = BUILTINS | _module_names(tree, walrus)
     lines = text.splitlines()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            _Function(node, known, lines).check()
+            _Function(node, known, lines, walrus).check()
 
 
-def _module_names(tree: ast.Module) -> set[str]:
+def _module_names(tree: ast.Module, walrus: bool) -> set[str]:
     names = set()
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -42,12 +43,14 @@ def _module_names(tree: ast.Module) -> set[str]:
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             names.update(a.asname or a.name.split(".")[0] for a in stmt.names)
         else:
-            names.update(_stored(stmt))
+            names.update(_stored(stmt, walrus))
     return names
 
 
-def _stored(node: ast.AST) -> set[str]:
-    """The names `node` binds in its own scope (not inside a nested function or comprehension)."""
+def _stored(node: ast.AST, walrus: bool = True) -> set[str]:
+    """The names `node` binds in its own scope (not inside a nested function or comprehension).
+    Without `walrus` (no `:=` in the text) an expression binds a name only as a target, so only
+    expressions in a store or delete context are entered: a generated wrapper's long calls are not."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
     found, todo = set(), [node]
@@ -62,6 +65,8 @@ def _stored(node: ast.AST) -> set[str]:
             found.update(a.asname or a.name.split(".")[0] for a in n.names)
         if n is not node and isinstance(n, (ast.Lambda, *COMPREHENSIONS)):
             continue
+        if not walrus and isinstance(n, ast.expr) and not isinstance(getattr(n, "ctx", None), (ast.Store, ast.Del)):
+            continue
         todo.extend(ast.iter_child_nodes(n))
     return found
 
@@ -69,12 +74,12 @@ def _stored(node: ast.AST) -> set[str]:
 class _Function:
     """Definite assignment through one function's statements."""
 
-    def __init__(self, fn: ast.FunctionDef, known: set[str], lines: list[str]):
-        self.fn, self.known, self.lines = fn, known, lines
+    def __init__(self, fn: ast.FunctionDef, known: set[str], lines: list[str], walrus: bool = True):
+        self.fn, self.known, self.lines, self.walrus = fn, known, lines, walrus
         args = fn.args
         self.params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
         self.params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-        self.locals = self.params | set().union(*(_stored(s) for s in fn.body))
+        self.locals = self.params | set().union(*(_stored(s, walrus) for s in fn.body))
 
     def check(self) -> None:
         self.block(self.fn.body, frozenset(self.params))
@@ -96,7 +101,7 @@ class _Function:
             targets = s.targets if isinstance(s, ast.Assign) else [s.target]
             for target in targets:
                 self.reads(target, defined)  # a subscript's or attribute's base, a starred target's parts
-            return defined | _stored(s) if s.value is not None else defined  # (`x: int` binds nothing)
+            return defined | _stored(s, self.walrus) if s.value is not None else defined  # (`x: int` binds nothing)
         if isinstance(s, (ast.Return, ast.Raise)):
             for child in ast.iter_child_nodes(s):
                 self.reads(child, defined)
@@ -127,7 +132,7 @@ class _Function:
                 self.reads(d, defined)
             return defined | {s.name}
         if isinstance(s, (ast.Import, ast.ImportFrom)):
-            return defined | _stored(s)
+            return defined | _stored(s, self.walrus)
         if isinstance(s, ast.Try):
             body = self.block(s.body, defined)
             ends = [self.block(s.orelse, body) if body is not None else None]
@@ -145,7 +150,7 @@ class _Function:
         for child in ast.iter_child_nodes(s):
             if isinstance(child, ast.expr):
                 self.reads(child, defined)
-        return defined | _stored(s)
+        return defined | _stored(s, self.walrus)
 
     # -- expressions ---------------------------------------------------------------------------------
     def reads(self, node: ast.AST, defined: frozenset[str], load_targets: bool = False) -> None:
