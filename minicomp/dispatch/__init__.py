@@ -11,6 +11,7 @@ frame_families.py the kernel families of a function Dynamo compiles, shared by i
 guarded_calls.py  a Dynamo graph's first call that fails, run as captured instead
 donations.py      the saved activations a backward may write over (donated buffers)
 row_regions.py    a matmul whose product only row reductions read (a loss), found and rewritten to chunks
+chunk_tracing.py  the ATen graph that rewrite reads, traced from a Dynamo graph or jit's training function
 chunked_rows.py   Region: such a region computed a chunk of rows at a time, forward and backward
 chunked_ops.py    the custom ops a graph calls for it (opaque to AOTAutograd)
 linear_tail.py    a loss linear in the region's results: the region's gradients made in its forward

@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils import _pytree as pytree
 
 from minicomp import capture, config, guards, runtime
-from minicomp.dispatch import fallback, row_regions, saved_layouts
+from minicomp.dispatch import chunk_tracing, fallback, saved_layouts
 from minicomp.dispatch.training_call import LeanCall, eager_backward, simple_first_call
 
 if TYPE_CHECKING:
@@ -191,8 +191,8 @@ class TrainingEntry:
         from minicomp.pipeline import compile_graph
 
         def compile_forward(gm, example_inputs):
-            if self.rows_chunked is None and row_regions.has_large_matmul(gm):
-                raise row_regions.Chunkable  # traced again with the product computed by chunks (_call)
+            if self.rows_chunked is None and chunk_tracing.has_large_matmul(gm):
+                raise chunk_tracing.Chunkable  # traced again with the product computed by chunks (_call)
             any_layout = saved_layouts.any_layout(gm)
             self.forward = compile_graph(gm, f"{name}_forward", input_names, families, any_layout=any_layout)
             return self.forward.boxed
@@ -240,8 +240,9 @@ class TrainingEntry:
             with tangents_like_outputs(), _constants_allowed():  # AOTAutograd traces on this first call
                 try:
                     outputs = NestedCall.apply(self, eager, *tensors)
-                except row_regions.Chunkable:  # a matmul's product over config "chunk_budget_bytes"
-                    self.function, self.rows_chunked = row_regions.training_function(self._aot, self._rechunk, tensors)
+                except chunk_tracing.Chunkable:  # a matmul's product over config "chunk_budget_bytes"
+                    chunked = chunk_tracing.training_function(self._aot, self._rechunk, tensors)
+                    self.function, self.rows_chunked = chunked
                     outputs = NestedCall.apply(self, eager, *tensors)
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]

@@ -30,7 +30,7 @@ from functorch.compile import make_boxed_func
 from minicomp import capture, config
 from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
-from minicomp.dispatch import donations, fallback, frame_families, row_regions, saved_layouts
+from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import checked_first_call, eager_when_reentered
 from minicomp.pipeline import compile_graph
@@ -110,7 +110,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
     families, settings, forward = frame_families.of_traced_function(), config.current() | _options(options, mode), {}
     graphs = _graphs(settings, example_inputs)
     gm = closed_over.with_checked_forms(gm)
-    gm = row_regions.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks
+    gm = chunk_tracing.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks
     compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
     compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings, forward, graphs),

@@ -28,7 +28,6 @@ import torch.fx
 from minicomp import config, logs
 from minicomp.dispatch import chunked_ops, chunked_rows, linear_tail  # noqa: F401 - chunked_ops: the ops registered
 from minicomp.dispatch.chunked_rows import REGIONS, ROWS, SIZED, WHOLE, Region
-from minicomp.dispatch.lost_in_trace import stateful
 
 log = logs.fusion  # MINICOMP_LOGS=fusion: what was chunked, or why not
 
@@ -256,7 +255,7 @@ def rewrite(gm: torch.fx.GraphModule, requires_grad: list[bool]) -> torch.fx.Gra
         return None  # writes into an input: AOTAutograd traces the function itself
     changed = False
     for mm in list(gm.graph.nodes):
-        if not _is_matmul(mm, budget):
+        if not is_large_matmul(mm, budget):
             continue
         finder = _Finder(gm, mm, needs_grad)
         why = finder.find()
@@ -273,7 +272,7 @@ def rewrite(gm: torch.fx.GraphModule, requires_grad: list[bool]) -> torch.fx.Gra
     return gm
 
 
-def _is_matmul(node, budget: int) -> bool:
+def is_large_matmul(node, budget: int) -> bool:
     if node.op != "call_function" or getattr(node.target, "_opname", None) not in MATMULS:
         return False
     if node.target._opname == "addmm":
@@ -398,127 +397,6 @@ def _late_ancestors(nodes: list[torch.fx.Node], order: dict, limit: int) -> list
             found.add(node)
             stack.extend(i for i in node.all_input_nodes if order[i] > limit)
     return sorted(found, key=order.get)
-
-
-class Chunkable(Exception):
-    """Raised by jit's forward compiler (autograd.py) for a graph with a matmul over the budget:
-    the function is traced again, with its regions rewritten (training_function)."""
-
-
-def has_large_matmul(gm: torch.fx.GraphModule) -> bool:
-    """Whether an ATen graph has a matmul whose product (with its gradient) is over the budget."""
-    budget = config.get("chunk_budget_bytes")
-    return bool(budget) and any(_is_matmul(n, budget) for n in gm.graph.nodes)
-
-
-def training_function(aot, parts, tensors: list[torch.Tensor]):
-    """(function, chunked) for jit's training path (autograd.py): AOTAutograd's function of the ATen
-    graph of `flat_fn` with its regions rewritten, or of `flat_fn` itself where it has none.
-    `aot(fn, compile_forward, compile_backward)` builds one; `parts` is (flat_fn, compile_forward,
-    compile_backward)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    flat_fn, compile_forward, compile_backward = parts
-    rewritten = None
-    try:
-        mode = FakeTensorMode(allow_non_fake_inputs=True)
-        fakes = [mode.from_tensor(t) for t in tensors]
-        if _switches_modes(flat_fn, fakes, mode):  # a trace to ATen would lose a no_grad block
-            log.info("not chunked: the function switches grad mode or autocast, or detaches a value")
-            return aot(flat_fn, compile_forward, compile_backward), False
-        aten = _aten_graph(flat_fn, fakes, mode)
-        rewritten = rewrite(aten, [t.requires_grad for t in tensors])
-    except Exception as err:  # noqa: BLE001 - traced as it is
-        log.info("not chunked: tracing to ATen failed: %s", err)
-    if rewritten is None:
-        return aot(flat_fn, compile_forward, compile_backward), False
-    return aot(rewritten, compile_forward, compile_backward), True
-
-
-def _switches_modes(fn, fakes, fake_mode) -> bool:
-    """Whether `fn` switches grad mode or autocast: a pre-dispatch trace keeps those switches as
-    nodes (`stateful`), where the ATen trace the rewrite reads drops them."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    with fake_mode:
-        return stateful(make_fx(fn, pre_dispatch=True)(*fakes), [getattr(f, "requires_grad", False) for f in fakes])
-
-
-_PRODUCTS = {
-    "linear",
-    "matmul",
-    "mm",
-    "addmm",
-    "__matmul__",
-    "bmm",
-}  # the matmuls of a Dynamo graph (operator.matmul too)
-
-
-def worth_tracing(gm: torch.fx.GraphModule) -> bool:
-    """A cheap look at a Dynamo graph before tracing it to ATen: some product by a matrix (a
-    linear, `h @ W.T`) makes a value over the budget."""
-    budget = config.get("chunk_budget_bytes")
-    if not budget or stateful(gm):
-        return False
-    for node in gm.graph.nodes:
-        val = node.meta.get("example_value")
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if node.op in ("call_function", "call_method") and name in _PRODUCTS and isinstance(val, torch.Tensor):
-            other = node.args[1] if len(node.args) > 1 else None
-            weight = other.meta.get("example_value") if isinstance(other, torch.fx.Node) else None
-            if getattr(weight, "ndim", 0) == 2 and 2 * val.numel() * val.dtype.itemsize > budget:
-                return True  # (a product by a matrix: attention's batched products are not traced for this)
-    return False
-
-
-def dynamo_graph(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
-    """The ATen graph of Dynamo graph `gm` with its chunkable regions rewritten, or `gm` itself
-    when it has none (or it cannot tell)."""
-    if not worth_tracing(gm):
-        return gm
-    from torch._guards import detect_fake_mode
-
-    fake_mode = detect_fake_mode(example_inputs)
-    symbolic = any(
-        isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(not isinstance(d, int) for d in x.shape))
-        for x in example_inputs
-    )
-    autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))  # (AOTAutograd applies it)
-    if fake_mode is None or symbolic or autocast:
-        return gm
-    try:
-        aten = _aten_graph(gm, example_inputs, fake_mode)
-        grad = torch.is_grad_enabled()  # (Dynamo guards on it: no gradient is wanted from a graph traced without)
-        rewritten = rewrite(aten, [grad and isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs])
-    except Exception as err:  # noqa: BLE001 - the graph goes on as Dynamo captured it
-        log.info("not chunked: tracing to ATen failed: %s", err)
-        return gm
-    return gm if rewritten is None else rewritten
-
-
-def _aten_graph(fn, example_inputs, fake_mode) -> torch.fx.GraphModule:
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from minicomp import capture
-
-    fakes = [
-        fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x
-        for x in example_inputs
-    ]
-    from minicomp.capture.functional import functional_temporaries, writes_in_place
-
-    table = capture.decompositions()
-    with fake_mode:
-        gm = functional_temporaries(make_fx(torch.func.functionalize(fn), decomposition_table=table)(*fakes))
-        if writes_in_place(gm):  # a decomposition's write (label smoothing's masked_fill_): traced functional
-            with torch.no_grad():
-                gm = functional_temporaries(make_fx(torch.func.functionalize(gm), decomposition_table=table)(*fakes))
-    for node in gm.graph.nodes:  # aten.copy (a functional copy_) has no derivative
-        if node.op == "call_function" and node.target is torch.ops.aten.copy.default and len(node.args) == 2:
-            node.target = copy_like
-    gm.recompile()
-    return gm
 
 
 def copy_like(self: torch.Tensor, src: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import minicomp
 import minicomp.dispatch.jit
 from minicomp import config, pipeline
-from minicomp.dispatch import chunked_rows, dynamo, row_regions
+from minicomp.dispatch import chunk_tracing, chunked_rows, dynamo, row_regions
 
 N, D, V = 37, 16, 103
 BUDGET = 2 * 8 * V * 4  # about 8 rows of float32 logits and their gradient: 5 chunks
@@ -144,7 +144,7 @@ def test_loss_forms(fn):
 @pytest.mark.parametrize("fn", [ce_ignore, ce_smoothing, ce_none, ce_z_loss, softmax_gather])
 def test_loss_forms_through_jit(fn):
     """minicomp.jit's training path: the first trace finds the large product, the function is
-    traced again with it chunked (row_regions.training_function); later calls (the lean path)
+    traced again with it chunked (chunk_tracing.training_function); later calls (the lean path)
     give the same."""
     _check(fn, _inputs(), how="jit")
 
@@ -329,7 +329,8 @@ def _jit_training_function(fn, *tensors):
     from functorch.compile import aot_function, nop
 
     with config.override(chunk_budget_bytes=BUDGET):
-        return row_regions.training_function(lambda g, a, b: aot_function(g, nop, nop), (fn, None, None), list(tensors))
+        aot = lambda g, a, b: aot_function(g, nop, nop)  # noqa: E731
+        return chunk_tracing.training_function(aot, (fn, None, None), list(tensors))
 
 
 def test_a_no_grad_block_is_not_chunked_away():
