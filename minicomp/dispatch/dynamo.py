@@ -28,7 +28,7 @@ import torch
 from functorch.compile import make_boxed_func
 
 from minicomp import capture, config
-from minicomp.capture import closed_over, specialize
+from minicomp.capture import closed_over, specialize, static_parts
 from minicomp.codegen.families import Families
 from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
@@ -57,14 +57,19 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
         def fail(err: Exception) -> None:
             fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
 
-        if specialize.is_dynamic(gm):  # Dynamo made a size dynamic: one static graph per size
+        if specialize.is_dynamic(gm):  # Dynamo made a size dynamic
 
-            def compile_static(static: torch.fx.GraphModule, input_names: list[str]):
+            def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
                 with config.override(**settings):
-                    compiled = compile_graph(static, name, input_names, families=families, freed_inputs=saved)
+                    compiled = compile_graph(static, part, input_names, families=families, freed_inputs=saved)
                 return eager_when_reentered(compiled.boxed, compiled, static)
 
-            return _graphed(graphs, specialize.Specializing(gm, compile_static, fail), name, role, gm, forward)
+            fixed = static_parts.static_nodes(gm) if inference else set()
+            if inference and static_parts.worth_cutting(gm, fixed):  # its static parts once, for every size
+                run = static_parts.StaticParts(gm, fixed, compile_static, fail, name)
+            else:  # one static graph per size
+                run = specialize.Specializing(gm, compile_static, fail)
+            return _graphed(graphs, run, name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
         checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []
         any_layout = saved_layouts.any_layout(gm) if role == "forward" else frozenset()

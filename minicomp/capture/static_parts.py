@@ -1,0 +1,194 @@
+"""A graph with dynamic sizes whose work is nearly all static: its static parts compiled once.
+
+Text generation with a growing KV cache makes Dynamo's graph dynamic in the cache's length
+from the third token on: per layer, the cache's `cat` [B, H, s0 + 1, D] and the attention over
+it have symbolic shapes, while the norms, projections, RoPE and MLP all work on the new token,
+[B, 1, d], the same at every length. Compiling that graph per concrete length (specialize.py)
+costs a compile per token. Here the graph is cut instead:
+
+- A node is **static** when its value has fixed sizes and strides, and every tensor it reads
+  does too (a value of an earlier node, wherever computed); it reads no symbolic number.
+  Every other node (a `cat` onto the cache, the attention, `sym_size`, arithmetic on sizes)
+  is **dynamic**: it runs as the ATen op it is, which takes any size.
+- A static node's **level** is the number of dynamic nodes on its longest path from the
+  inputs that are followed by a static one; a dynamic node has the level of its inputs. The
+  static nodes of one level are one static graph (a path between two of them through a dynamic
+  node would raise the second's level), compiled once, at its first call, for every length.
+- The graph then runs as level 0's static part, level 0's dynamic nodes, level 1's static part,
+  ... (`StaticParts`): a dynamic node reads static parts of its level or below, a static part
+  dynamic nodes of lower levels.
+
+Only a graph whose compute ops (views aside) are at least `MIN_STATIC_SHARE` static is cut
+(`worth_cutting`): the dynamic ops run unfused, so a prefill or a training step at a new sequence
+length, where nearly every op has the length in its shape, is compiled per size as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import threading
+from collections.abc import Callable
+
+import torch
+import torch.fx
+
+from minicomp import logs
+from minicomp.lowering.ops import VIEWS
+
+MIN_STATIC_SHARE = 0.75  # of the compute ops: below it, a compile per size fuses more than it costs
+
+
+def _fixed(val) -> bool:
+    """A tensor value with sizes, strides and offset all plain integers."""
+    return isinstance(val, torch.Tensor) and all(
+        isinstance(n, int) for n in (*val.shape, *val.stride(), val.storage_offset())
+    )
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.storage_offset()
+
+
+def _numbers_in(value) -> bool:
+    """Whether `value` (an op's arguments) holds a symbolic number."""
+    found = []
+    torch.fx.node.map_aggregate(value, lambda v: found.append(v) if isinstance(v, torch.SymInt) else None)
+    return bool(found)
+
+
+def static_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes of `gm` that compute with fixed sizes only (the module docstring's rule)."""
+    static: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or _numbers_in((node.args, node.kwargs)):
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, (tuple, list)):  # several results: each read by a getitem of its part
+            fixed = bool(val) and all(map(_fixed, val)) and all(u.target is operator.getitem for u in node.users)
+        else:
+            fixed = _fixed(val)
+        if fixed and all(a in static or _fixed(a.meta.get("val")) for a in node.all_input_nodes):
+            static.add(node)
+    return static
+
+
+def levels(gm: torch.fx.GraphModule, static: set[torch.fx.Node]) -> dict[torch.fx.Node, int]:
+    level: dict[torch.fx.Node, int] = {}
+    for node in gm.graph.nodes:
+        level[node] = max(
+            (level[a] + (a.op == "call_function" and a not in static and node in static) for a in node.all_input_nodes),
+            default=0,
+        )
+    return level
+
+
+def _is_compute(node: torch.fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target._opname not in VIEWS
+
+
+def worth_cutting(gm: torch.fx.GraphModule, static: set[torch.fx.Node]) -> bool:
+    compute = [n for n in gm.graph.nodes if n.op == "call_function" and _is_compute(n)]
+    fixed = sum(1 for n in compute if n in static)
+    return bool(compute) and fixed >= MIN_STATIC_SHARE * len(compute)
+
+
+class _Part(torch.nn.Module):
+    """One level's static graph: compiled by `compile_static(graph, input_names, name)` at its first
+    call, run as captured where that fails (`fail(err)` applies the fallback policy)."""
+
+    def __init__(self, graph: torch.fx.GraphModule, inputs: list[torch.fx.Node], name: str, compile_static, fail):
+        super().__init__()
+        self.graph_module, self.input_names, self.part_name = graph, [a.name for a in inputs], name
+        self.compile_static, self.fail = compile_static, fail
+        self.compiled: Callable | None = None
+        self._lock = threading.Lock()  # a GPU backward runs on autograd's thread
+        # what the compiled part assumes of the values an ATen op makes at run time (Dynamo
+        # guards the graph's own inputs): the layouts the trace predicted
+        self.layouts = [(i, _layout(a.meta["val"])) for i, a in enumerate(inputs) if a.op == "call_function"]
+
+    def forward(self, *tensors):
+        if any(_layout(tensors[i]) != layout for i, layout in self.layouts):
+            logs.recompiles.info("%s: an input laid out unlike its trace; run as captured", self.part_name)
+            return self.graph_module(*tensors)
+        if self.compiled is None:
+            with self._lock:
+                if self.compiled is None:
+                    self.compiled = self._compile()
+        return self.compiled(list(tensors))
+
+    __call__ = forward  # (called once a token: nn.Module's hooks and dispatch skipped)
+
+    def _compile(self) -> Callable:
+        try:
+            return self.compile_static(self.graph_module, self.input_names, self.part_name)
+        except Exception as err:  # noqa: BLE001 - this part runs as captured, by the fallback policy
+            self.fail(err)
+            return lambda values: self.graph_module(*values)
+
+
+def _part_graph(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node]) -> tuple:
+    """(graph of `nodes` alone, its inputs: nodes outside that they read, its outputs: nodes of
+    `nodes` read outside them)."""
+    members = set(nodes)
+    graph, env, inputs = torch.fx.Graph(), {}, []
+    for node in nodes:
+        for a in node.all_input_nodes:
+            if a not in members and a not in env:
+                env[a] = graph.placeholder(a.name)
+                env[a].meta = dict(a.meta)
+                inputs.append(a)
+    for node in nodes:
+        env[node] = graph.node_copy(node, env.__getitem__)
+    outputs = [n for n in nodes if any(u not in members for u in n.users)]
+    graph.output(tuple(env[n] for n in outputs))
+    return torch.fx.GraphModule(gm, graph), inputs, outputs
+
+
+def cut(gm: torch.fx.GraphModule, static: set[torch.fx.Node], compile_static, fail, name: str):
+    """`gm` as one graph that calls its static parts (a `_Part` module each) between its dynamic
+    nodes, level by level."""
+    level = levels(gm, static)
+    graph_outputs = next(reversed(gm.graph.find_nodes(op="output")))
+    root, graph, env = {}, torch.fx.Graph(), {}
+    body = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    for node in gm.graph.find_nodes(op="placeholder"):
+        env[node] = graph.node_copy(node, env.__getitem__)
+    for k in range(max((level[n] for n in body), default=0) + 1):
+        part = [n for n in body if n in static and level[n] == k]
+        if part:
+            sub, inputs, outputs = _part_graph(gm, part)
+            label = f"part{k}"
+            root[label] = _Part(sub, inputs, f"{name}_{label}", compile_static, fail)
+            results = graph.call_module(label, tuple(env[a] for a in inputs))
+            for i, node in enumerate(outputs):
+                env[node] = graph.call_function(operator.getitem, (results, i))
+                env[node].meta = dict(node.meta)
+        for node in body:
+            if node not in static and level[node] == k:
+                env[node] = graph.node_copy(node, env.__getitem__)
+    graph.node_copy(graph_outputs, env.__getitem__)
+    for node in gm.graph.find_nodes(op="get_attr"):
+        root[node.target] = functools.reduce(getattr, node.target.split("."), gm)
+    return torch.fx.GraphModule(root, graph, class_name="StaticParts")
+
+
+class StaticParts:
+    """A boxed callable (AOTAutograd's convention) running a dynamic graph cut by `cut`: its static
+    parts compiled once each, whatever the sizes; its dynamic nodes as ATen ops."""
+
+    def __init__(self, gm: torch.fx.GraphModule, static: set[torch.fx.Node], compile_static, fail, name: str):
+        self.cut = cut(gm, static, compile_static, fail, name)
+        parts = sum(1 for _ in self.cut.children())
+        logs.recompiles.info(
+            "%s: dynamic sizes in %d of its ops; %d static parts compiled once for every size",
+            name,
+            sum(1 for n in gm.graph.nodes if n.op == "call_function" and n not in static),
+            parts,
+        )
+        self._boxed_call = True
+
+    def __call__(self, args: list):
+        values = list(args)
+        args.clear()
+        return self.cut(*values)
