@@ -10,7 +10,9 @@ without installing, pass the function: `torch.compile(model, backend=minicomp.di
 
 A graph with dynamic sizes (Dynamo's automatic dynamic shapes, from a function's
 second size on) is compiled once per concrete size (specialize.py), its kernels in the families
-of the function's first graph (frame_families.py: the third size compiles no new kernel text). A graph
+of the function's first graph (frame_families.py: the third size compiles no new kernel text);
+an inference graph whose work is nearly all of fixed sizes (decoding with a growing KV cache)
+has its static parts compiled once for every size instead (static_parts.py). A graph
 minicomp cannot compile (an op it cannot trace) runs as Dynamo captured it,
 under the fallback policy (fallback.py: a warning by default,
 MINICOMP_FALLBACK=raise makes it an error). The forward and backward of one
