@@ -47,21 +47,16 @@ def _fixed(val) -> bool:
 
 
 def _layout(t: torch.Tensor) -> tuple:
-    return tuple(t.shape), t.stride(), t.storage_offset()
-
-
-def _numbers_in(value) -> bool:
-    """Whether `value` (an op's arguments) holds a symbolic number."""
-    found = []
-    torch.fx.node.map_aggregate(value, lambda v: found.append(v) if isinstance(v, torch.SymInt) else None)
-    return bool(found)
+    """Sizes, strides and offset; the stride of a size-1 dimension addresses nothing, so it is left
+    out (SDPA's output on the CPU: (96, 8, 96, 1) where the trace said (32, 8, 8, 1) for [1, 4, 1, 8])."""
+    return tuple(t.shape), tuple(s if n != 1 else 0 for n, s in zip(t.shape, t.stride())), t.storage_offset()
 
 
 def static_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """The nodes of `gm` that compute with fixed sizes only (the module docstring's rule)."""
     static: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
-        if node.op != "call_function" or _numbers_in((node.args, node.kwargs)):
+        if node.op != "call_function":  # (a size it reads is a node whose value is no tensor: dynamic)
             continue
         val = node.meta.get("val")
         if isinstance(val, (tuple, list)):  # several results: each read by a getitem of its part
@@ -88,9 +83,24 @@ def _is_compute(node: torch.fx.Node) -> bool:
 
 
 def worth_cutting(gm: torch.fx.GraphModule, static: set[torch.fx.Node]) -> bool:
+    """Enough of the compute static, and no op that writes: levels order the nodes by what they
+    read, so a write into an input (AOTAutograd's `copy_` at the graph's end) could run before a
+    read of the old value."""
+    if any(_writes(n) for n in gm.graph.nodes if n.op == "call_function"):
+        return False
     compute = [n for n in gm.graph.nodes if n.op == "call_function" and _is_compute(n)]
     fixed = sum(1 for n in compute if n in static)
     return bool(compute) and fixed >= MIN_STATIC_SHARE * len(compute)
+
+
+def _writes(node: torch.fx.Node) -> bool:
+    """Whether `node` may write: an ATen op whose schema says so, or any call but Python's
+    arithmetic and getitem on sizes and tuples (a higher-order op: unknown, so refused)."""
+    if isinstance(node.target, torch._ops.OpOverload):
+        return node.target._schema.is_mutable
+    return getattr(node.target, "__module__", None) not in ("_operator", "math") and not (
+        getattr(node.target, "__name__", "").startswith("sym_") and node.target.__module__ == "torch"
+    )
 
 
 class _Part(torch.nn.Module):
@@ -151,9 +161,10 @@ def cut(gm: torch.fx.GraphModule, static: set[torch.fx.Node], compile_static, fa
     level = levels(gm, static)
     graph_outputs = next(reversed(gm.graph.find_nodes(op="output")))
     root, graph, env = {}, torch.fx.Graph(), {}
-    body = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
-    for node in gm.graph.find_nodes(op="placeholder"):
-        env[node] = graph.node_copy(node, env.__getitem__)
+    body = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for node in gm.graph.nodes:  # the inputs and constants first: any part may read them
+        if node.op in ("placeholder", "get_attr"):
+            env[node] = graph.node_copy(node, env.__getitem__)
     for k in range(max((level[n] for n in body), default=0) + 1):
         part = [n for n in body if n in static and level[n] == k]
         if part:

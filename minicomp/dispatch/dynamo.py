@@ -66,8 +66,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                     compiled = compile_graph(static, part, input_names, families=families, freed_inputs=saved)
                 return eager_when_reentered(compiled.boxed, compiled, static)
 
-            fixed = static_parts.static_nodes(gm) if inference else set()
-            if inference and static_parts.worth_cutting(gm, fixed):  # its static parts once, for every size
+            cuttable = inference and graphs is None  # (a CUDA graph per size records each size anyway)
+            fixed = static_parts.static_nodes(gm) if cuttable else set()
+            if cuttable and static_parts.worth_cutting(gm, fixed):  # its static parts once, for every size
                 run = static_parts.StaticParts(gm, fixed, compile_static, fail, name)
             else:  # one static graph per size
                 run = specialize.Specializing(gm, compile_static, fail)

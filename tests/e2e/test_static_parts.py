@@ -68,6 +68,7 @@ def test_generation_with_a_dynamic_cache_compiles_nothing_after_the_dynamic_grap
     # the prompt, the first token (a static graph each), the second token (the dynamic graph's parts)
     assert counts[3:] == [counts[2]] * 6, counts
     assert "static parts compiled once for every size" in caplog.text
+    assert "laid out unlike its trace" not in caplog.text  # the compiled parts ran, not the captured graph
 
 
 def _mostly_static(x, w, y):
@@ -79,19 +80,38 @@ def _mostly_static(x, w, y):
     return b.sum(1) * 5 - 1, grown
 
 
+def _writes_its_input(x, w, y):
+    """Regression: levels order nodes by what they read, so AOTAutograd's `copy_` into `w` (a
+    static node of level 0) ran before the dynamic `x * w` read the old `w`. A graph that writes
+    is compiled per size."""
+    g = (x * w).sum(0)
+    w.add_(1)
+    return (y.sin() * 2 + g).relu() + (y * 3).exp()
+
+
+def _reads_a_constant(x, w, y):
+    """Regression: a tensor constant (`get_attr`) read by a level-0 static part was copied into
+    the cut graph only after that part was built (KeyError)."""
+    c = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    a = ((y * c).sin().exp().relu() * 2 + w.cos()).tanh()
+    return torch.cat([x, a[:1]]), a * 3
+
+
 def _mostly_dynamic(x, w, y):
     return (x * w).sigmoid().cumsum(0) * 2 + x.exp(), (y + w).sum()
 
 
 def _run_sizes(fn, sizes, compiles):
     w, y = torch.randn(4), torch.randn(8, 4)
+    w_eager = w.clone()
     compiled = torch.compile(fn, backend="minicomp")
     counts = []
     with torch.no_grad():
         for n in sizes:
             x = torch.randn(n, 4)
-            for got, want in zip(compiled(x, w, y), fn(x, w, y)):
+            for got, want in zip(compiled(x, w, y), fn(x, w_eager, y)):
                 torch.testing.assert_close(got, want)
+            torch.testing.assert_close(w, w_eager)
             counts.append(len(compiles))
     return counts
 
@@ -100,6 +120,16 @@ def test_a_mostly_static_graph_compiles_its_parts_once(compiles):
     counts = _run_sizes(_mostly_static, [5, 6, 7, 9, 12], compiles)
     assert counts[0] == 1 and counts[2:] == [counts[1]] * 3, counts  # parts at the 2nd size, then nothing
     assert counts[1] - counts[0] == 2  # levels 0 and 1
+
+
+def test_a_graph_that_writes_an_input_is_compiled_per_size(compiles):
+    counts = _run_sizes(_writes_its_input, [5, 6, 7, 9], compiles)
+    assert counts == [1, 2, 3, 4], counts
+
+
+def test_a_constant_read_by_the_first_part(compiles):
+    counts = _run_sizes(_reads_a_constant, [5, 6, 7, 9], compiles)
+    assert counts[2:] == [counts[1]] * 2, counts
 
 
 def test_a_mostly_dynamic_graph_is_compiled_per_size(compiles):
