@@ -7,7 +7,8 @@ it have symbolic shapes, while the norms, projections, RoPE and MLP all work on 
 costs a compile per token. Here the graph is cut instead:
 
 - A node is **static** when its value has fixed sizes and strides, and every tensor it reads
-  does too (a value of an earlier node, wherever computed); it reads no symbolic number.
+  does too (a value of an earlier node, wherever computed); a size it reads is a node whose
+  value is no tensor, so such a node is not static.
   Every other node (a `cat` onto the cache, the attention, `sym_size`, arithmetic on sizes)
   is **dynamic**: it runs as the ATen op it is, which takes any size.
 - A static node's **level** is the number of dynamic nodes on its longest path from the
@@ -20,7 +21,11 @@ costs a compile per token. Here the graph is cut instead:
 
 Only a graph whose compute ops (views aside) are at least `MIN_STATIC_SHARE` static is cut
 (`worth_cutting`): the dynamic ops run unfused, so a prefill or a training step at a new sequence
-length, where nearly every op has the length in its shape, is compiled per size as before.
+length, where nearly every op has the length in its shape, is compiled per size as before. Levels
+order nodes by what they read, not by when they write, so a graph with an op that writes (an
+input's `copy_`, kept in inference graphs) is not cut either. A part's input that an ATen op makes
+at run time is checked against the layout the trace predicted: where it differs, that call runs
+the part as captured.
 """
 
 from __future__ import annotations
