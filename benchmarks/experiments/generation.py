@@ -115,8 +115,9 @@ def main(argv=None):
         for r in rows:
             if r["model"] == name and eager is not None:
                 r["same_tokens_as_eager"] = sum(a == b for a, b in zip(r["tokens"], eager))
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (--tiny: not a measurement)"
     with open(args.out, "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump(dict(device=name, settings=vars(args), rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
