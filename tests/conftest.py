@@ -172,3 +172,22 @@ def module_sources():
     logger.removeHandler(handler)
     logger.setLevel(level)
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def dynamo_compiles(monkeypatch):
+    """The names of the graphs minicomp's Dynamo backend compiles meanwhile (a pipeline run
+    each), in order, with Dynamo's caches reset before and after."""
+    from minicomp.dispatch import dynamo
+
+    names: list[str] = []
+    compile_graph = dynamo.compile_graph
+
+    def counting(gm, name="fn", *args, **kwargs):
+        names.append(name)
+        return compile_graph(gm, name, *args, **kwargs)
+
+    monkeypatch.setattr(dynamo, "compile_graph", counting)
+    torch._dynamo.reset()
+    yield names
+    torch._dynamo.reset()

@@ -8,8 +8,6 @@ transformers is optional (`pip install .[zoo]`): without it these tests skip."""
 import pytest
 import torch
 
-from minicomp.dispatch import dynamo
-
 transformers = pytest.importorskip("transformers")
 
 
@@ -28,16 +26,7 @@ def _llama(layers: int):
 
 
 @pytest.mark.slow
-def test_compiled_blocks_share_one_compile_and_train_as_eager(monkeypatch):
-    compiled_graphs = []
-    compile_graph = dynamo.compile_graph
-
-    def counting(gm, name="fn", *args, **kwargs):
-        compiled_graphs.append(name)
-        return compile_graph(gm, name, *args, **kwargs)
-
-    monkeypatch.setattr(dynamo, "compile_graph", counting)
-    torch._dynamo.reset()
+def test_compiled_blocks_share_one_compile_and_train_as_eager(dynamo_compiles):
     torch.manual_seed(0)
     model, reference = _llama(3), _llama(3)
     reference.load_state_dict(model.state_dict())
@@ -53,5 +42,4 @@ def test_compiled_blocks_share_one_compile_and_train_as_eager(monkeypatch):
     torch.testing.assert_close(loss, expected)
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, msg=name, atol=1e-5, rtol=1e-4)
-    assert [n.rsplit("_", 1)[-1] for n in compiled_graphs] == ["forward", "backward"]
-    torch._dynamo.reset()
+    assert [n.rsplit("_", 1)[-1] for n in dynamo_compiles] == ["forward", "backward"]

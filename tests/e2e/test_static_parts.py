@@ -9,23 +9,6 @@ import pytest
 import torch
 
 from minicomp.capture import static_parts
-from minicomp.dispatch import dynamo
-
-
-@pytest.fixture
-def compiles(monkeypatch):
-    """The names of the graphs minicomp compiles, in order."""
-    names = []
-    compile_graph = dynamo.compile_graph
-
-    def counting(gm, name="fn", *args, **kwargs):
-        names.append(name)
-        return compile_graph(gm, name, *args, **kwargs)
-
-    monkeypatch.setattr(dynamo, "compile_graph", counting)
-    torch._dynamo.reset()
-    yield names
-    torch._dynamo.reset()
 
 
 def _llama(tf):
@@ -48,7 +31,7 @@ def _gpt2(tf):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("make", [_llama, _gpt2], ids=["llama", "gpt2"])
-def test_generation_with_a_dynamic_cache_compiles_nothing_after_the_dynamic_graph(compiles, make, caplog):
+def test_generation_with_a_dynamic_cache_compiles_nothing_after_the_dynamic_graph(dynamo_compiles, make, caplog):
     tf = pytest.importorskip("transformers")
     torch.manual_seed(0)
     model = make(tf).eval()
@@ -63,7 +46,7 @@ def test_generation_with_a_dynamic_cache_compiles_nothing_after_the_dynamic_grap
                 for fn, c in zip((compiled, model), caches)
             )
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-            counts.append(len(compiles))
+            counts.append(len(dynamo_compiles))
             token = want[:, -1:].argmax(-1)
     # the prompt, the first token (a static graph each), the second token (the dynamic graph's parts)
     assert counts[3:] == [counts[2]] * 6, counts
@@ -101,7 +84,7 @@ def _mostly_dynamic(x, w, y):
     return (x * w).sigmoid().cumsum(0) * 2 + x.exp(), (y + w).sum()
 
 
-def _run_sizes(fn, sizes, compiles):
+def _run_sizes(fn, sizes, dynamo_compiles):
     w, y = torch.randn(4), torch.randn(8, 4)
     w_eager = w.clone()
     compiled = torch.compile(fn, backend="minicomp")
@@ -112,32 +95,32 @@ def _run_sizes(fn, sizes, compiles):
             for got, want in zip(compiled(x, w, y), fn(x, w_eager, y)):
                 torch.testing.assert_close(got, want)
             torch.testing.assert_close(w, w_eager)
-            counts.append(len(compiles))
+            counts.append(len(dynamo_compiles))
     return counts
 
 
-def test_a_mostly_static_graph_compiles_its_parts_once(compiles):
-    counts = _run_sizes(_mostly_static, [5, 6, 7, 9, 12], compiles)
+def test_a_mostly_static_graph_compiles_its_parts_once(dynamo_compiles):
+    counts = _run_sizes(_mostly_static, [5, 6, 7, 9, 12], dynamo_compiles)
     assert counts[0] == 1 and counts[2:] == [counts[1]] * 3, counts  # parts at the 2nd size, then nothing
     assert counts[1] - counts[0] == 2  # levels 0 and 1
 
 
-def test_a_graph_that_writes_an_input_is_compiled_per_size(compiles):
-    counts = _run_sizes(_writes_its_input, [5, 6, 7, 9], compiles)
+def test_a_graph_that_writes_an_input_is_compiled_per_size(dynamo_compiles):
+    counts = _run_sizes(_writes_its_input, [5, 6, 7, 9], dynamo_compiles)
     assert counts == [1, 2, 3, 4], counts
 
 
-def test_a_constant_read_by_the_first_part(compiles):
-    counts = _run_sizes(_reads_a_constant, [5, 6, 7, 9], compiles)
+def test_a_constant_read_by_the_first_part(dynamo_compiles):
+    counts = _run_sizes(_reads_a_constant, [5, 6, 7, 9], dynamo_compiles)
     assert counts[2:] == [counts[1]] * 2, counts
 
 
-def test_a_mostly_dynamic_graph_is_compiled_per_size(compiles):
-    counts = _run_sizes(_mostly_dynamic, [5, 6, 7, 9], compiles)
+def test_a_mostly_dynamic_graph_is_compiled_per_size(dynamo_compiles):
+    counts = _run_sizes(_mostly_dynamic, [5, 6, 7, 9], dynamo_compiles)
     assert counts == [1, 2, 3, 4], counts
 
 
-def test_levels_split_at_each_dynamic_step(compiles, monkeypatch):
+def test_levels_split_at_each_dynamic_step(dynamo_compiles, monkeypatch):
     """The classification `_mostly_static`'s graph gets: the ops before the cat at level 0, the
     cat and the sum that reads it dynamic, the ops after them at level 1."""
     seen = []
@@ -148,7 +131,7 @@ def test_levels_split_at_each_dynamic_step(compiles, monkeypatch):
         make(self, gm, static, *args)
 
     monkeypatch.setattr(static_parts.StaticParts, "__init__", spy)
-    _run_sizes(_mostly_static, [5, 6], compiles)
+    _run_sizes(_mostly_static, [5, 6], dynamo_compiles)
     [(gm, static, level)] = seen
     aten = torch.ops.aten
     [relu, cat, total, tanh] = (
