@@ -103,13 +103,11 @@ def _functions(text: str) -> tuple[str, tuple[str, ...]] | None:
         return None
     if not all(isinstance(node, ast.FunctionDef) for node in tree.body):
         return None
-    defined: set[str] = set()
+    nodes = list(ast.walk(tree))  # breadth first: an order fixed by the structure, as the numbering needs
+    defined = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
     for node in tree.body:
         defined.add(node.name)
         defined.update(a.arg for a in node.args.args if a.annotation is None)  # keyword-passed constexprs keep theirs
-        defined.update(
-            n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))
-        )
     names = tuple(node.name for node in tree.body)
     numbers: dict[str, str] = {name: f"_f{i}" for i, name in enumerate(names)}
 
@@ -118,7 +116,7 @@ def _functions(text: str) -> tuple[str, tuple[str, ...]] | None:
             return name
         return numbers.setdefault(name, f"_v{len(numbers)}")
 
-    for node in _in_order(tree):
+    for node in nodes:
         if isinstance(node, ast.Name):
             node.id = canonical(node.id)
         elif isinstance(node, ast.arg):
@@ -126,12 +124,3 @@ def _functions(text: str) -> tuple[str, tuple[str, ...]] | None:
         elif isinstance(node, ast.FunctionDef):
             node.name = canonical(node.name)
     return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest(), names
-
-
-def _in_order(tree: ast.AST):
-    """Every node of `tree`, depth first in source order (a function's name before its body)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
