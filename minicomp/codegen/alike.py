@@ -8,9 +8,10 @@ on a GPU. Two kernel texts that differ only by a consistent renaming of what
 the kernel itself defines (its functions, its positional parameters, the
 names it assigns) compute the same thing from the same positional arguments,
 so they compile to the same binary. `key` is that text with those names
-numbered in order of appearance (and everything else as written: the global
-names it calls, constants, the launch spec, parameters passed by keyword);
-the module then makes one `Launch` and binds later equal kernels' launchers
+numbered in order of first use, breadth first through its syntax tree (an order
+the structure alone fixes), and everything else as written (the global
+names it calls, constants, the launch spec, parameters passed by keyword).
+The module then makes one `Launch` and binds later equal kernels' launchers
 to it (`launch_8 = launch_4`), and a kernel is compiled and tuned once per
 distinct kernel, not once per layer.
 """
@@ -83,8 +84,8 @@ def _blank(text: str) -> str:
 
 
 def renamed_digest(text: str) -> str | None:
-    """SHA-256 of the functions in `text` with the names they define numbered in order of
-    appearance (what `key` compares), None when it does not parse (codegen/families.py's members)."""
+    """SHA-256 of the functions in `text` with the names they define numbered in order of first
+    use (what `key` compares), None when it does not parse (codegen/families.py's members)."""
     functions = _functions(text)
     return None if functions is None else functions[0]
 
