@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   install into .venv, then run the demo (CPU interpreter, or the GPU when present)
 #   make test   install if needed, then lint (ruff check, ruff format --check) and run the whole test suite
-#               (pytest-xdist: a worker per CPU)
+#               (pytest-xdist: a worker per CPU, at most 8)
 #   make test-quick   the same without the tests marked `slow` (pyproject.toml registers the markers)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -25,10 +25,10 @@ lint: install
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --maxprocesses 8
 
 test-quick: lint
-	$(BIN)/python -m pytest -n auto -m "not slow"
+	$(BIN)/python -m pytest -n auto --maxprocesses 8 -m "not slow"
 
 bench: install
 	$(BIN)/python -m minicomp bench
