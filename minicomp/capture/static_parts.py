@@ -117,7 +117,7 @@ class _Part(torch.nn.Module):
         self.graph_module, self.input_names, self.part_name = graph, [a.name for a in inputs], name
         self.compile_static, self.fail = compile_static, fail
         self.compiled: Callable | None = None
-        self._lock = threading.Lock()  # a GPU backward runs on autograd's thread
+        self._lock = threading.Lock()  # one compile when several threads call it first
         # what the compiled part assumes of the values an ATen op makes at run time (Dynamo
         # guards the graph's own inputs): the layouts the trace predicted
         self.layouts = [(i, _layout(a.meta["val"])) for i, a in enumerate(inputs) if a.op == "call_function"]

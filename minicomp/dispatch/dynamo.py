@@ -29,7 +29,7 @@ import threading
 import torch
 from functorch.compile import make_boxed_func
 
-from minicomp import capture, config
+from minicomp import capture, config, logs
 from minicomp.capture import closed_over, specialize, static_parts
 from minicomp.codegen.families import Families
 from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, saved_layouts
@@ -66,11 +66,10 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                     compiled = compile_graph(static, part, input_names, families=families, freed_inputs=saved)
                 return eager_when_reentered(compiled.boxed, compiled, static)
 
-            cuttable = inference and graphs is None  # (a CUDA graph per size records each size anyway)
-            fixed = static_parts.static_nodes(gm) if cuttable else set()
-            if cuttable and static_parts.worth_cutting(gm, fixed):  # its static parts once, for every size
-                run = static_parts.StaticParts(gm, fixed, compile_static, fail, name)
-            else:  # one static graph per size
+            run = None
+            if inference and graphs is None:  # (a CUDA graph per size records each size anyway)
+                run = _cut(gm, compile_static, fail, name)  # its static parts once, for every size
+            if run is None:  # one static graph per size
                 run = specialize.Specializing(gm, compile_static, fail)
             return _graphed(graphs, run, name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
@@ -105,6 +104,19 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             return make_boxed_func(gm.forward)
 
     return compile_fn
+
+
+def _cut(gm: torch.fx.GraphModule, compile_static, fail, name: str):
+    """A dynamic inference graph cut into static parts (static_parts.py), or None where it is not
+    worth it or cannot be cut (then it is compiled per size)."""
+    try:
+        fixed = static_parts.static_nodes(gm)
+        if not static_parts.worth_cutting(gm, fixed):
+            return None
+        return static_parts.StaticParts(gm, fixed, compile_static, fail, name)
+    except Exception as err:  # noqa: BLE001 - compiled per size instead
+        logs.recompiles.info("%s: not cut into static parts (%s: %s)", name, type(err).__name__, err)
+        return None
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, mode: str | None = None):

@@ -115,6 +115,15 @@ def test_a_constant_read_by_the_first_part(dynamo_compiles):
     assert counts[2:] == [counts[1]] * 2, counts
 
 
+def test_a_graph_that_cannot_be_cut_is_compiled_per_size(dynamo_compiles, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("an FX graph it cannot build")
+
+    monkeypatch.setattr(static_parts, "cut", broken)
+    counts = _run_sizes(_mostly_static, [5, 6, 7, 9], dynamo_compiles)
+    assert counts == [1, 2, 3, 4], counts
+
+
 def test_a_mostly_dynamic_graph_is_compiled_per_size(dynamo_compiles):
     counts = _run_sizes(_mostly_dynamic, [5, 6, 7, 9], dynamo_compiles)
     assert counts == [1, 2, 3, 4], counts
