@@ -50,11 +50,8 @@ def generate(model, variant: str, prompt: torch.Tensor, tokens: int, compiles: l
 
     torch._dynamo.reset()
     os.environ["MINICOMP_CACHE_DIR"] = tempfile.mkdtemp()
-    fn = {"eager": model, "inductor": None, "minicomp": None}[variant]
-    if variant == "inductor":
-        fn = torch.compile(model)
-    elif variant == "minicomp":
-        fn = torch.compile(model, backend=registered())
+    backends = {"inductor": "inductor", "minicomp": registered()}
+    fn = model if variant == "eager" else torch.compile(model, backend=backends[variant])
     cache = transformers.DynamicCache(config=model.config)
     token, seconds, compiled, out = prompt, [], [], []
     with torch.no_grad():

@@ -74,6 +74,7 @@ def static_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
 
 
 def levels(gm: torch.fx.GraphModule, static: set[torch.fx.Node]) -> dict[torch.fx.Node, int]:
+    """Each node's level (the module docstring's): one more past a dynamic node a static one reads."""
     level: dict[torch.fx.Node, int] = {}
     for node in gm.graph.nodes:
         level[node] = max(
