@@ -133,6 +133,7 @@ DEFAULTS = dict(
     matmul_max_macs=1 << 36,  # plan/matmul.py: ... up to this many is timed as a template (else ATen)
     matmul_chain_width=128,  # plan/matmul_folding.py: an MLP chained into one kernel up to this hidden width
     matmul_siblings=False,  # plan/matmul_folding.py: a template computes the other products its epilogue reads (slower)
+    static_share=0.75,  # static_parts.py: a dynamic inference graph cut when this share of its compute is static (>1: never)
     cuda_graphs=False,  # runtime/graphs.py: each compiled signature replayed as a CUDA graph (reduce-overhead) ...
     cuda_graph_limit=16,  # runtime/graphs.py: ... at most this many graphs kept per model ...
     cuda_graph_rerecords=8,  # runtime/graphs.py: ... one callable's recorded again this often (static inputs moved)

@@ -6,8 +6,8 @@
     TRITON_INTERPRET=1 python -m benchmarks.experiments.compile_cost OUT.json --tiny
 
 Issue #42. transformers' Llama (random weights, vocab 128, intermediate 2x hidden) through
-`torch.compile(model, backend="minicomp")`, in one process (a warm-up model compiled first, so each
-row is a warm process's first call), a fresh minicomp cache and `torch._dynamo.reset()` per model.
+`torch.compile(model, backend="minicomp")`, in one process (a warm-up model compiled first by each backend, so each
+row is a warm process's first call), fresh minicomp, Inductor and Triton caches and `torch._dynamo.reset()` per model.
 For each mode (`infer`: no_grad logits; `train`: loss and backward) and layer count, the first
 step at the first length, then one at each later length (Dynamo compiles the second length as a
 dynamic graph, which minicomp compiles once per concrete size: capture/specialize.py). Each row:
@@ -27,7 +27,8 @@ dynamic graph, which minicomp compiles once per concrete size: capture/specializ
 The summary gives the cost per extra layer ((first_s at the most layers - at the fewest) / the
 difference) per mode, and the mean per-stage cost of a new length after the first two.
 `--backends minicomp,inductor` adds Inductor's rows (its stage columns are 0: only `first_s`,
-`again_s`, `compile_s` are measured for it). `--tiny` runs 1 layer, lengths 5-7, on the CPU: a
+`again_s`, `compile_s` are measured for it); `aot_eager` (Dynamo and AOTAutograd, no compiler)
+gives the floor every backend pays. `--tiny` runs 1 layer, lengths 5-7, on the CPU: a
 smoke run, its numbers mean nothing.
 """
 
@@ -145,7 +146,8 @@ def timed(step, length: int) -> tuple[float, float]:
 
 
 def rows_for(layers: int, mode: str, args, device: str, recorder: Recorder, backend: str = "minicomp") -> list[dict]:
-    os.environ["MINICOMP_CACHE_DIR"] = tempfile.mkdtemp()  # nothing served from an earlier model's compile
+    for cache in ("MINICOMP_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        os.environ[cache] = tempfile.mkdtemp()  # nothing served from an earlier model's compile
     torch._dynamo.reset()
     step = stepper(llama(layers, args, device), mode, args.batch, device, backend)
     rows = []
@@ -226,7 +228,8 @@ def main(argv=None):
     layer_counts = [int(x) for x in args.layers.split(",")]
     recorder = Recorder()
     warm = argparse.Namespace(**{**vars(args), "lengths": args.lengths[:1]})
-    rows_for(1, "infer", warm, args.device, recorder)  # imports and one-time costs, not counted
+    for backend in args.backends.split(","):  # imports and one-time costs (worker pools), not counted
+        rows_for(1, "infer", warm, args.device, recorder, backend)
     rows = [
         row
         for backend in args.backends.split(",")

@@ -1,7 +1,7 @@
 """Text generation with transformers' default (dynamic) KV cache, token by token (issue #42).
 
     python -m benchmarks.experiments.generation OUT.json [--models llama,gpt2] [--tokens 64]
-                                                [--prompt 128] [--variants eager,inductor,minicomp]
+                                                [--prompt 128] [--variants eager,inductor,minicomp,minicomp-per-size]
     TRITON_INTERPRET=1 python -m benchmarks.experiments.generation OUT.json --tiny
 
 A suite language model (minicomp/bench/model_specs.py: 2 layers at real widths, bf16 on the GPU;
@@ -10,14 +10,17 @@ decoding of `--tokens` tokens after a prompt of `--prompt`, the model called onc
 `DynamicCache` (the cache grows by one position a call: from the third call Dynamo's graph is
 dynamic in its length). Each variant runs in this process after `torch._dynamo.reset()` with a
 fresh minicomp cache. Per token: the call's wall seconds (synchronized), and for minicomp the
-graphs it compiled during the call (pipeline runs). Per variant: the prompt's and the first
+graphs it compiled during the call (pipeline runs). Variant `minicomp-per-size` never cuts a
+dynamic graph into static parts (capture/static_parts.py), so it compiles each length. Per variant: the prompt's and the first
 three tokens' seconds, the median and largest of the rest, the compiles after the third token
-(issue #42's goal: none), and the generated tokens' agreement with eager's.
+(issue #42's goal: none), the generated tokens' agreement with eager's, and `steady_ms`: the
+median of 20 more calls at the last length (each on a copy of the cache, after 3 warm-up calls).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import json
 import os
@@ -28,6 +31,11 @@ import time
 import torch
 
 from minicomp.bench import model_specs as ms
+
+
+# minicomp's variants: their torch.compile options ("per-size": a dynamic graph compiled per
+# size, never cut into static parts: the specialized code the static parts are measured against)
+VARIANTS = {"minicomp": {}, "minicomp-per-size": {"static_share": 2.0}}
 
 
 def _counting_compiles() -> list:
@@ -50,8 +58,11 @@ def generate(model, variant: str, prompt: torch.Tensor, tokens: int, compiles: l
 
     torch._dynamo.reset()
     os.environ["MINICOMP_CACHE_DIR"] = tempfile.mkdtemp()
-    backends = {"inductor": "inductor", "minicomp": registered()}
-    fn = model if variant == "eager" else torch.compile(model, backend=backends[variant])
+    fn = model
+    if variant == "inductor":
+        fn = torch.compile(model, backend="inductor")
+    elif variant in VARIANTS:
+        fn = torch.compile(model, backend=registered(), options=VARIANTS[variant])
     cache = transformers.DynamicCache(config=model.config)
     token, seconds, compiled, out = prompt, [], [], []
     with torch.no_grad():
@@ -65,6 +76,7 @@ def generate(model, variant: str, prompt: torch.Tensor, tokens: int, compiles: l
             compiled.append(len(compiles) - before)
             token = logits[:, -1:].argmax(-1)
             out.append(int(token))
+        steady = _steady(fn, token, cache)
     later = seconds[4:]
     return dict(
         variant=variant,
@@ -73,9 +85,26 @@ def generate(model, variant: str, prompt: torch.Tensor, tokens: int, compiles: l
         later_median_ms=round(statistics.median(later) * 1e3, 3) if later else None,
         later_max_ms=round(max(later) * 1e3, 3) if later else None,
         compiles_after_third_token=sum(compiled[4:]),
+        steady_ms=steady,
         compiles=compiled,
         tokens=out,
     )
+
+
+def _steady(fn, token: torch.Tensor, cache, warm: int = 3, reps: int = 20) -> float:
+    """Median ms of one more token at one fixed cache length, each call on its own copy of the
+    cache (made outside the timing), after `warm` calls: the steady state of code compiled for that
+    length (per size) against the static parts' (every length)."""
+    seconds = []
+    for i in range(warm + reps):
+        copied = copy.deepcopy(cache)
+        _sync()
+        start = time.perf_counter()
+        fn(input_ids=token, past_key_values=copied, use_cache=True)
+        _sync()
+        if i >= warm:
+            seconds.append(time.perf_counter() - start)
+    return round(statistics.median(seconds) * 1e3, 3)
 
 
 def _sync():
@@ -90,7 +119,7 @@ def main(argv=None):
     parser.add_argument("--models", default="llama,gpt2")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompt", type=int, default=128)
-    parser.add_argument("--variants", default="eager,inductor,minicomp")
+    parser.add_argument("--variants", default="eager,inductor,minicomp,minicomp-per-size")
     args = parser.parse_args(argv)
     device, dtype = ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
     if args.tiny:

@@ -19,7 +19,7 @@ costs a compile per token. Here the graph is cut instead:
   ... (`StaticParts`): a dynamic node reads static parts of its level or below, a static part
   dynamic nodes of lower levels.
 
-Only a graph whose compute ops (views aside) are at least `MIN_STATIC_SHARE` static is cut
+Only a graph whose compute ops (views aside) are at least config's `static_share` static is cut
 (`worth_cutting`): the dynamic ops run unfused, so a prefill or a training step at a new sequence
 length, where nearly every op has the length in its shape, is compiled per size as before. Levels
 order nodes by what they read, not by when they write, so a graph with an op that writes (an
@@ -38,10 +38,8 @@ from collections.abc import Callable
 import torch
 import torch.fx
 
-from minicomp import logs
+from minicomp import config, logs
 from minicomp.lowering.ops import VIEWS
-
-MIN_STATIC_SHARE = 0.75  # of the compute ops: below it, a compile per size fuses more than it costs
 
 
 def _fixed(val) -> bool:
@@ -96,7 +94,7 @@ def worth_cutting(gm: torch.fx.GraphModule, static: set[torch.fx.Node]) -> bool:
         return False
     compute = [n for n in gm.graph.nodes if n.op == "call_function" and _is_compute(n)]
     fixed = sum(1 for n in compute if n in static)
-    return bool(compute) and fixed >= MIN_STATIC_SHARE * len(compute)
+    return bool(compute) and fixed >= config.get("static_share") * len(compute)
 
 
 def _writes(node: torch.fx.Node) -> bool:
@@ -120,11 +118,21 @@ class _Part(torch.nn.Module):
         self.compiled: Callable | None = None
         self._lock = threading.Lock()  # one compile when several threads call it first
         # what the compiled part assumes of the values an ATen op makes at run time (Dynamo
-        # guards the graph's own inputs): the layouts the trace predicted
-        self.layouts = [(i, _layout(a.meta["val"])) for i, a in enumerate(inputs) if a.op == "call_function"]
+        # guards the graph's own inputs): the layouts the trace predicted, exactly (a call's fast
+        # check) and up to size-1 strides (`_layout`)
+        made = [(i, a.meta["val"]) for i, a in enumerate(inputs) if a.op == "call_function"]
+        self.layouts = [(i, _layout(v)) for i, v in made]
+        self.traced = [(i, tuple(v.shape), tuple(v.stride()), v.storage_offset()) for i, v in made]
+
+    def _laid_out_as_traced(self, tensors) -> bool:
+        for i, shape, stride, offset in self.traced:
+            t = tensors[i]
+            if t.shape != shape or t.stride() != stride or t.storage_offset() != offset:
+                return all(_layout(tensors[i]) == layout for i, layout in self.layouts)
+        return True
 
     def forward(self, *tensors):
-        if any(_layout(tensors[i]) != layout for i, layout in self.layouts):
+        if not self._laid_out_as_traced(tensors):
             logs.recompiles.info("%s: an input laid out unlike its trace; run as captured", self.part_name)
             return self.graph_module(*tensors)
         if self.compiled is None:
@@ -208,4 +216,4 @@ class StaticParts:
     def __call__(self, args: list):
         values = list(args)
         args.clear()
-        return self.cut(*values)
+        return self.cut.forward(*values)  # (an internal module: no hooks to run)

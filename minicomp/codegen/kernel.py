@@ -79,7 +79,7 @@ class KernelWriter:
         self.lines: list[str] = []  # everything else, in evaluation order
         self.memo: dict[tuple, ops.Value] = {}  # (node, index, mask) -> its value
         self.emitted: dict[tuple, ops.Value] = {}  # (code, dtype) -> the line that computes it
-        self.taken: set[str] = set(self.graph.order) | set(self.reserved)
+        self.taken: set[str] = set(self.reserved)  # (and every node's name: `graph.nodes`)
         self.used: set[str] = set()
         self.pointers: dict[str, str] = {}  # buffer name -> pointer parameter
         self.load_offsets: dict[str, set[Expr | None]] = {}  # buffer -> element offsets loaded (None: a broadcast)
@@ -95,7 +95,7 @@ class KernelWriter:
     def fresh(self, hint: str) -> str:
         """`hint` itself the first time a node is computed, `hint_1`, ... after."""
         name, n = hint, 0
-        while name in self.used or (name in self.taken and name != hint):
+        while name in self.used or ((name in self.taken or name in self.graph.nodes) and name != hint):
             n += 1
             name = f"{hint}_{n}"
         self.used.add(name)

@@ -121,6 +121,9 @@ class _Body:
         self.uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
         self.storages = Storages.of(plan)
         self.last = {name: i for i, step in enumerate(plan.steps) for name in step_uses(plan, step)}
+        self.dying: dict[int, list[str]] = {}  # step -> the names it uses last
+        for name, i in self.last.items():
+            self.dying.setdefault(i, []).append(name)
         self.pending: Piece | None = None  # a kernel whose launch may take the next one along
         self.written: dict[str, str] = {}  # a mutated input's new value -> the input a kernel wrote it into
         self.alike = alike.Alike()  # which earlier kernel each one is alike to
@@ -172,7 +175,7 @@ class _Body:
 
     def kernel(self, at: int, step: Kernel) -> None:
         source = WRITERS[type(step)](self.plan, step) if self.graph[step.stores[0]].meta.numel else None
-        dying = [n for n, i in self.last.items() if i == at]
+        dying = self.dying.get(at, [])
         reused = reused_in_place(self.plan, self.storages, source, dying) if source else {}
         written = written_in_place(self.plan, self.storages, source, at) if source else {}
         self.written.update(written)

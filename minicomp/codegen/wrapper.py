@@ -22,10 +22,14 @@ def freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:
     for i, names in enumerate(uses):
         for name in names:
             last[name] = i
+    dying: dict[int, list[str]] = {}  # line -> the names it uses last
+    for name, at in last.items():
+        if name not in kept:
+            dying.setdefault(at, []).append(name)
     out = []
     for i, line in enumerate(lines):
         out.append(line)
-        dead = sorted(n for n, at in last.items() if at == i and n not in kept)
+        dead = sorted(dying.get(i, ()))
         if dead:
             out.append(f"del {', '.join(dead)}")
     return out

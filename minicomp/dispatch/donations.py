@@ -15,6 +15,8 @@ A second backward over the same saved values (`retain_graph=True`) gets copies o
 
 from __future__ import annotations
 
+import collections
+
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -35,9 +37,10 @@ def donated(
         return frozenset()
     values = [n for n in fw_outputs[len(fw_outputs) - saved :] if isinstance(n, torch.fx.Node)]
     others = list(forward.graph.find_nodes(op="placeholder")) + fw_outputs[: len(fw_outputs) - saved] + bw_outputs
-    taken = [s for s in map(_storage, others) if s is not None]
+    taken = {s for s in map(_storage, others) if s is not None}
     mine = [_storage(n) for n in values]
-    alone = [n.name for n, s in zip(values, mine) if s is not None and s not in taken and mine.count(s) == 1]
+    count = collections.Counter(mine)
+    alone = [n.name for n, s in zip(values, mine) if s is not None and s not in taken and count[s] == 1]
     return frozenset(alone) & exclusive
 
 

@@ -68,7 +68,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
 
             run = None
             if inference and graphs is None:  # (a CUDA graph per size records each size anyway)
-                run = _cut(gm, compile_static, fail, name)  # its static parts once, for every size
+                with config.override(**settings):
+                    run = _cut(gm, compile_static, fail, name)  # its static parts once, for every size
             if run is None:  # one static graph per size
                 run = specialize.Specializing(gm, compile_static, fail)
             return _graphed(graphs, run, name, role, gm, forward)

@@ -156,6 +156,14 @@ class Graph:
             for src in n.inputs():
                 self._users.setdefault(src, {})[n.name] = None
         self._dag = None
+        self._position: dict[str, int] | None = None
+
+    @property
+    def position(self) -> dict[str, int]:
+        """Each node's index in `order` (made on first use)."""
+        if self._position is None:
+            self._position = {name: i for i, name in enumerate(self.order)}
+        return self._position
 
     @property
     def dag(self):

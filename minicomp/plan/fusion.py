@@ -78,10 +78,13 @@ def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
         misread += [Refusal(m.value, m.reader, str(m)) for m in found]
     told = {(m.producer, m.consumer) for m in misread}
     boundaries += misread + [Refusal(r, u, _CUT) for r, u in sorted(cut - told)]
-    steps: list[Kernel | Extern] = []
-    for s in range(max(stage.values(), default=0) + 1):
-        steps += [Extern(n, s) for n in graph.order if kinds[n] is NodeKind.EXTERN and stage[n] == s]
-        steps += [k for k in kernels if k.stage == s]
+    by_stage: dict[int, list[Kernel | Extern]] = {}  # a stage's externs in graph order, then its kernels
+    for n in graph.order:
+        if kinds[n] is NodeKind.EXTERN:
+            by_stage.setdefault(stage[n], []).append(Extern(n, stage[n]))
+    for k in kernels:
+        by_stage.setdefault(k.stage, []).append(k)
+    steps: list[Kernel | Extern] = [step for s in sorted(by_stage) for step in by_stage[s]]
     strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
     _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
@@ -128,7 +131,7 @@ def _kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kernel]:
             pointwise[key].stores.append(name)
     kernels = [k for k in reductions.values() if k.stores] + list(pointwise.values())
     kernels += scatter.kernels(graph, kinds, stage)  # a kernel of atomic adds a scatter (plan/scatter.py)
-    kernels.sort(key=lambda k: (k.stage, graph.order.index(k.stores[0])))
+    kernels.sort(key=lambda k: (k.stage, graph.position[k.stores[0]]))
     return [replace(k, index=i) for i, k in enumerate(kernels)]
 
 
@@ -211,8 +214,10 @@ def _filled(graph: Graph, kernel: Kernel, kinds, stage_of, materialized) -> Kern
         if _is_loadable(name, kernel.stage, kinds, stage_of, materialized):
             continue
         stack += scatter.operands(graph, kinds, name)  # (a scatter's filled `self` is not read)
-    nodes = [n for n in graph.order if n in seen and not _is_loadable(n, kernel.stage, kinds, stage_of, materialized)]
-    loads = [n for n in graph.order if n in seen and n not in nodes]
+    ordered = sorted(seen, key=graph.position.__getitem__)
+    nodes = [n for n in ordered if not _is_loadable(n, kernel.stage, kinds, stage_of, materialized)]
+    computed = set(nodes)
+    loads = [n for n in ordered if n not in computed]
     return replace(kernel, nodes=nodes, loads=loads, op_names=[graph[n].op_name for n in nodes])
 
 

@@ -23,6 +23,7 @@ the first launch (`_views_late`).
 
 from __future__ import annotations
 
+import heapq
 import operator
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -176,25 +177,50 @@ class _Model:
         return alive
 
     def greedy(self) -> list[int]:
+        """Of the steps ready to run, always the one that adds the fewest bytes (allocated less
+        freed; the lower index on a tie). A heap of the ready steps' (bytes, index): a step's key
+        changes only where a memory it touches gets down to its last toucher, so only the ready
+        touchers of such a memory are pushed again (stale entries are skipped)."""
         left = Counter(o for t in self.touches for o in t)
         waiting = [len(a) for a in self.after]  # steps each step still waits for
         unblocks: list[list[int]] = [[] for _ in self.steps]
         for i, before in enumerate(self.after):
             for j in before:
                 unblocks[j].append(i)
+        touching: dict[str, list[int]] = {}
+        for i, memories in enumerate(self.touches):
+            for o in memories:
+                touching.setdefault(o, []).append(i)
+        grows = [sum(self.storages.size[o] for o in made) for made in self.allocates]
+        heap: list[tuple[int, int]] = []
+        keys: dict[int, tuple[int, int]] = {}
+
+        def push(i: int) -> None:
+            keys[i] = (grows[i] - self._freed(i, left), i)
+            heapq.heappush(heap, keys[i])
+
         ready = {i for i, n in enumerate(waiting) if n == 0}
+        for i in ready:
+            push(i)
         order: list[int] = []
         while ready:
-            best = min(
-                ready, key=lambda i: (sum(self.storages.size[o] for o in self.allocates[i]) - self._freed(i, left), i)
-            )
+            entry = heapq.heappop(heap)
+            best = entry[1]
+            if best not in ready or keys[best] != entry:
+                continue
             self._run(best, left)
             ready.discard(best)
             order.append(best)
+            for o in self.touches[best]:
+                if left[o] == 1:
+                    for j in touching[o]:
+                        if j in ready:
+                            push(j)
             for i in unblocks[best]:
                 waiting[i] -= 1
                 if waiting[i] == 0:
                     ready.add(i)
+                    push(i)
         return order
 
 
