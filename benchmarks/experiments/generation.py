@@ -11,7 +11,8 @@ decoding of `--tokens` tokens after a prompt of `--prompt`, the model called onc
 dynamic in its length). Each variant runs in this process after `torch._dynamo.reset()` with a
 fresh minicomp cache. Per token: the call's wall seconds (synchronized), and for minicomp the
 graphs it compiled during the call (pipeline runs). Variant `minicomp-per-size` never cuts a
-dynamic graph into static parts (capture/static_parts.py), so it compiles each length. Per variant: the prompt's and the first
+dynamic graph into static parts (capture/static_parts.py), so it compiles each length. Per
+variant: the prompt's and the first
 three tokens' seconds, the median and largest of the rest, the compiles after the third token
 (issue #42's goal: none), the generated tokens' agreement with eager's, and `steady_ms`: the
 median of 20 more calls at the last length (each on a copy of the cache, after 3 warm-up calls).
@@ -31,7 +32,6 @@ import time
 import torch
 
 from minicomp.bench import model_specs as ms
-
 
 # minicomp's variants: their torch.compile options ("per-size": a dynamic graph compiled per
 # size, never cut into static parts: the specialized code the static parts are measured against)
