@@ -28,7 +28,9 @@ The summary gives the cost per extra layer ((first_s at the most layers - at the
 difference) per mode, and the mean per-stage cost of a new length after the first two.
 `--backends minicomp,inductor` adds Inductor's rows (its stage columns are 0: only `first_s`,
 `again_s`, `compile_s` are measured for it); `aot_eager` (Dynamo and AOTAutograd, no compiler)
-gives the floor every backend pays. `--tiny` runs 1 layer, lengths 5-7, on the CPU: a
+gives the floor every backend pays; a backend named `NAME:regional` (`minicomp:regional`) compiles
+each decoder layer alone (`layer.compile(backend=NAME)`, regional compilation: identical layers
+share one compile) and runs the rest of the model eagerly. `--tiny` runs 1 layer, lengths 5-7, on the CPU: a
 smoke run, its numbers mean nothing.
 """
 
@@ -114,11 +116,17 @@ def llama(layers: int, args, device: str):
 
 
 def stepper(model, mode: str, batch: int, device: str, backend: str = "minicomp"):
+    backend, _, how = backend.partition(":")  # "minicomp:regional": each decoder layer compiled alone
     if backend == "minicomp":
         from minicomp.dispatch.dynamo import registered
 
         backend = registered()  # a source tree has no entry point
-    compiled = torch.compile(model, backend=backend)
+    if how == "regional":
+        for layer in model.model.layers:
+            layer.compile(backend=backend)
+        compiled = model
+    else:
+        compiled = torch.compile(model, backend=backend)
     if mode == "infer":
         model.eval()
     else:
