@@ -22,7 +22,8 @@ def passes(plan: Plan, kernel: Kernel) -> tuple[dict[str, int], dict[str, int], 
     kernel, sum -> the max it is accumulated with online."""
     graph = plan.graph
     members = set(kernel.nodes)
-    computed = [n for n in graph.order if n in members]
+    position = graph.position
+    computed = sorted((n for n in members if n in position), key=position.__getitem__)
 
     def propagate(level: dict[str, int]) -> dict[str, int]:
         needs: dict[str, int] = {}

@@ -29,8 +29,9 @@ def reused_in_place(plan: Plan, storages: Storages, source: KernelSource, dying:
     if not isinstance(source, (PointwiseSource, ReductionSource)):
         return {}
     graph, reused, taken = plan.graph, {}, set()
-    returned = {o for o in graph.outputs if isinstance(o, str)} - {n for pair in graph.mutations for n in pair}
-    returned = returned if plan.results_over_donated else set()
+    returned = set()
+    if plan.results_over_donated:
+        returned = {o for o in graph.outputs if isinstance(o, str)} - {n for pair in graph.mutations for n in pair}
     for name in source.kernel.stores:
         meta = graph[name].meta
         if name in storages.kept and name not in returned:
@@ -93,6 +94,8 @@ def written_in_place(plan: Plan, storages: Storages, source: KernelSource, at: i
     nor through a view (its old value is gone once written)."""
     aligned = getattr(source, "aligned", None) or {}
     graph, kernel, written = plan.graph, source.kernel, {}
+    if not graph.mutations:
+        return written
     outputs = {storages.owner.get(o) for o in graph.outputs if isinstance(o, str)}
     for dst, src in graph.mutations:
         if src not in kernel.stores or src in written or src in outputs or not storages.owns_memory(src):
