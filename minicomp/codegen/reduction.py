@@ -43,7 +43,7 @@ from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index
 from minicomp.codegen.reduction_lines import ReductionLines
 from minicomp.codegen.reduction_passes import passes
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Expr, IterationSpace, Var, same_address
+from minicomp.lowering.indexing import Expr, IterationSpace, Var, same_address, size
 from minicomp.lowering.ops import NodeKind
 from minicomp.plan.fusion import Kernel, Plan
 from minicomp.plan.row_reads import at_row, row_index
@@ -261,6 +261,7 @@ class ReductionWriter(ReductionLines, KernelWriter):
             aligned[name] = self._read_only_at(name)
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
+        wide_index = needs_wide_index(self.plan, self.xspace.numel * self.extent, args)
         return ReductionSource(
             kernel=self.kernel,
             name=self.kernel.name,
@@ -268,8 +269,8 @@ class ReductionWriter(ReductionLines, KernelWriter):
             args=args,
             numel=self.xspace.numel,
             header=self._header(),
-            body=self._body(),
-            wide_index=needs_wide_index(self.plan, self.xspace.numel * self.extent, args),
+            body=self._body(wide_index),
+            wide_index=wide_index,
             rblock=self.rblock,
             extent=self.extent,
             groups=-(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0,
@@ -304,7 +305,10 @@ class ReductionWriter(ReductionLines, KernelWriter):
         return f"tl.store({out} + {address}, {ops.cast(value, meta.dtype)}, mask={mask})"
 
     # -- text -------------------------------------------------------------------------
-    def _body(self) -> list[str]:
+    def _body(self, wide_index: bool) -> list[str]:
+        """The kernel's lines after `pid`. The row length (`extent`) and a grouped kernel's rows a
+        program are sizes (marked): a new sequence length changes them (a weight gradient's sum over
+        B * S rows), and a kernel family makes them runtime arguments instead of new text."""
         xdefs = [
             f"x{v.dim} = {self.xspace.definition(v)}"
             for v in sorted(self.vars, key=lambda v: v.dim)
@@ -319,14 +323,17 @@ class ReductionWriter(ReductionLines, KernelWriter):
         straight = [line for phase in self.phases for line in phase.before + phase.body + phase.after]
         if not self.looped:
             # a row that fills RBLOCK exactly needs no mask: a constant one the compiler folds away
-            mask = f"rindex < {self.extent}" if self.extent < self.rblock else "tl.full([1, RBLOCK], True, tl.int1)"
+            full = "tl.full([1, RBLOCK], True, tl.int1)"
+            mask = f"rindex < {size(self.extent)}" if self.extent < self.rblock else full
             whole_row = ["rindex = tl.arange(0, RBLOCK)[None, :]", f"rmask = {mask}"] + rdefs
         if self.kernel.group:  # persistent, this program's rows taken XBLOCK at a time
-            group = self.kernel.group
+            group = size(self.kernel.group)
+            pid = "pid.to(tl.int64)" if wide_index else "pid"
             rows = [
                 "xindex = xstart + xoffset + tl.arange(0, XBLOCK)[:, None]",
                 f"xmask = (xoffset + tl.arange(0, XBLOCK)[:, None] < {group}) & (xindex < n_rows)",
             ]
+            lines = [f"xstart = {pid} * {group}  # the first of this program's rows", *lines]
             lines += whole_row + self.prologue
             # pipelined: the next rows' loads in flight during this step's math (norm_backward_variants.py)
             lines.append(f"for xoffset in tl.range(0, {group}, XBLOCK, num_stages=2):  # this program's {group} rows")
@@ -338,8 +345,9 @@ class ReductionWriter(ReductionLines, KernelWriter):
             lines += phase.before
             if phase.body:
                 what = ", ".join(phase.reductions + phase.stores)
-                lines.append(f"for roffset in range(0, {self.extent}, RBLOCK):  # pass {k + 1}: {what}")
-                loop = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"rmask = rindex < {self.extent}"]
+                extent = size(self.extent)
+                lines.append(f"for roffset in range(0, {extent}, RBLOCK):  # pass {k + 1}: {what}")
+                loop = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"rmask = rindex < {extent}"]
                 lines += ["    " + line for line in loop + rdefs + phase.body]
             lines += phase.after
         return lines

@@ -240,3 +240,46 @@ def test_a_reset_starts_a_functions_families_anew(module_sources):
     x, w = torch.randn(11, 16), torch.randn(16)
     torch.testing.assert_close(torch.compile(_softmax_scaled, backend=backend)(x, w), _softmax_scaled(x, w))
     assert all(", s0," not in k for k in kernel_text(module_sources[-1]))
+
+
+def _rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (lambda x, w: (x * w).sum(0), lambda n: (n, 64)),  # a column sum over the rows: a weight gradient's
+        (lambda x, w: torch.softmax(x * w[:1], -1), lambda n: (2, 4100 + n)),  # a row longer than a loop step
+    ],
+    ids=["columns", "looped_rows"],
+)
+def test_a_reductions_row_length_is_a_size(fn, shape, device):
+    """The length a reduction walks (`rmask = rindex < 82`, `range(0, 82, RBLOCK)`) is a marked size:
+    a weight gradient's sum over B * S rows made new Triton text at every sequence length of a
+    training step (Llama's backward, issue #42). Under the interpreter the runtime bound of a loop
+    needs runtime/interpreter_index.py."""
+    jitted = minicomp.jit(fn)
+    texts = []
+    for n in (40, 41, 43, 47, 49):
+        x, w = torch.randn(shape(n), device=device), torch.randn(64, device=device)
+        torch.testing.assert_close(jitted(x, w), fn(x, w), atol=1e-5, rtol=1e-5)
+        texts.append(kernel_text(jitted.source(x, w)))
+    assert all(t == texts[1] for t in texts[2:]) and "s0" in "".join(texts[1])
+
+
+def test_a_grouped_weight_gradient_joins_its_family(device):
+    # RMSNorm's weight gradient is summed over the rows in row groups (split_reductions.py); the
+    # rows a program takes change with the length and are a runtime size after the second
+    fn = minicomp.jit(_rms_norm)
+    texts = []
+    for n in (84, 92, 100, 108, 116):
+        x = torch.randn(n, 64, device=device, requires_grad=True)
+        w = torch.randn(64, device=device, requires_grad=True)
+        g = torch.randn(n, 64, device=device)
+        got = torch.autograd.grad(fn(x, w), (x, w), g)
+        expected = torch.autograd.grad(_rms_norm(x, w), (x, w), g)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        texts.append([k for k in kernel_text(fn.source(x, w)) if "xstart" in k])
+    assert len(texts[1]) == 1 and "xstart = pid * s" in texts[1][0]  # the rows a program takes: a size
+    assert all(t == texts[1] for t in texts[2:])
