@@ -159,6 +159,7 @@ class Region:
             with torch.no_grad():
                 logits = self.logits(a, b, bias, start, end, width)
             found = self._chunk_gradients(result, (a, b, sides), logits, weights, start, end)
+            del logits  # its memory (the chunk's gradient by then) goes before the next chunk's product
             for out, value, (_, _, rest) in zip(outs, found, self.outputs):
                 out.view(self.n_rows, *rest)[start:end].copy_(value.detach())
         return outs, self._finished(result, inputs)
@@ -204,8 +205,9 @@ class Region:
         """The region and its backward as one function of (logits, *sides, *weights) -> (*results,
         logits' gradient with zero columns up to `width` (`padded`'s), *the gradients of the sides
         `wanted`), for a chunk of `rows` rows: one
-        ATen graph (autograd traced through the region's nodes), compiled by minicomp.jit (fused
-        kernels that make no [rows, V] value but the gradient) or run as traced on the CPU
+        ATen graph (autograd traced through the region's nodes), compiled by minicomp with the
+        logits donated (donating.py: fused kernels that write the gradient over the product, no
+        other [rows, V] value; the caller reads `logits` no more) or run as traced on the CPU
         (COMPILE_ON_CPU)."""
         compiled = args[0].device.type != "cpu" or COMPILE_ON_CPU
         key = (rows, wanted, width, tuple((t.dtype, t.stride()) for t in args), compiled)
@@ -242,10 +244,10 @@ class Region:
                 traced = pool.submit(trace).result()
             if not compiled:
                 self.joints[key] = traced
-            else:
-                from minicomp.dispatch.jit import jit
+            else:  # the product's gradient written over the product (a chunk holds one [rows, V] value)
+                from minicomp.dispatch.donating import Donating
 
-                self.joints[key] = jit(traced.forward)
+                self.joints[key] = Donating(traced.forward, donated=(0,), name=f"chunk_joint_{rows}")
         return self.joints[key]
 
     def _finished(self, result: dict, inputs) -> list[torch.Tensor]:
@@ -293,12 +295,6 @@ class Region:
         if sums and value.dtype in (torch.float16, torch.bfloat16) and value.numel() <= width:
             return torch.float32
         return value.dtype
-
-
-def values_a_row(v: int, dtype: torch.dtype) -> int:
-    """[rows, v] values a CUDA chunk holds at once: its product and the product's gradient, and
-    the gradient's copy with zero columns where v is misaligned (`padded_width`)."""
-    return 2 + (padded_width(v, dtype, torch.device("cuda")) is not None)
 
 
 def padded_width(v: int, dtype: torch.dtype, device: torch.device) -> int | None:

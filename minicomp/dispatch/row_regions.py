@@ -210,15 +210,14 @@ def _dims(node: torch.fx.Node, ndim: int) -> list[int] | None:
 def chunk_rows(finder: _Finder, budget: int) -> int | None:
     """Rows a chunk: as many as fit the budget with the chunk's [rows, V] values, a multiple of 128
     from 128 on; None when the whole product fits (nothing to gain). On CUDA the region and its
-    backward run as fused kernels (chunked_rows.Region.joint) that make the product and its
-    gradient in the product's dtype and no other such value (plus a padded copy of the gradient
-    where cuBLAS needs one); elsewhere they run op by op: the region's widest value and its
-    gradient."""
+    backward run as fused kernels (chunked_rows.Region.joint) that write the product's gradient
+    over the product: one [rows, V] value of the product's dtype; elsewhere they run op by op:
+    the region's widest value and its gradient."""
     nodes = [finder.mm, *finder.region]
     per_row = max(_val(n).numel() // finder.n for n in nodes)
     product = _val(finder.mm)
     if product.device.type == "cuda":
-        row_bytes = per_row * product.dtype.itemsize * chunked_rows.values_a_row(product.shape[1], product.dtype)
+        row_bytes = per_row * product.dtype.itemsize
     else:
         row_bytes = 2 * per_row * max(_val(n).dtype.itemsize for n in nodes)
     rows = budget // max(row_bytes, 1)

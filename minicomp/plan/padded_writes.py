@@ -14,7 +14,8 @@ the padded value's: plan/storages.py), and the wrapper zeroes the border once (c
 
 Applies to a pad with zeros at the end of dims only, whose kernel reads nothing but `x` (or a
 reshape of its leading dims: GPT-2's [B, S, V] gradient padded as [B * S, Vp]), where `x` is a
-kernel's store, neither an output nor mutated, that nothing else reads: a kernel reading a view
+kernel's store, neither an output nor mutated, that nothing else reads (the padded value may be
+an output: a chunked loss's padded gradient, chunked_rows.Region.joint): a kernel reading a view
 of it indexes the view at its meta's strides (BERT's bias gradient, a row sum of the logits'
 gradient, keeps the copy).
 """
@@ -34,12 +35,13 @@ RESHAPES = {"view", "_unsafe_view", "reshape"}  # views that lay the same elemen
 def written_padded(plan: Plan) -> Plan:
     """`plan` with each such pad's kernel removed and its input written inside the padded buffer."""
     graph = plan.graph
-    kept = {o for o in graph.outputs if isinstance(o, str)} | {n for pair in graph.mutations for n in pair}
+    mutated = {n for pair in graph.mutations for n in pair}
+    kept = {o for o in graph.outputs if isinstance(o, str)} | mutated
     used = _used(graph, kept)
     producer = {name: k for k in plan.kernels for name in k.stores}
     strides, interior, dropped = dict(plan.strides), dict(plan.interior), set()
     for kernel in plan.kernels:
-        if type(kernel) is not PointwiseKernel or len(kernel.stores) != 1 or kernel.stores[0] in kept:
+        if type(kernel) is not PointwiseKernel or len(kernel.stores) != 1 or kernel.stores[0] in mutated:
             continue
         padded = kernel.stores[0]
         source = _padded_value(graph, padded)
@@ -50,7 +52,7 @@ def written_padded(plan: Plan) -> Plan:
         if (
             set(kernel.loads) != {stored}
             or isinstance(producer[stored], (ScatterKernel, MatmulKernel))
-            or not _read_only_through(plan, stored, {padded, *chain}, kept, used)
+            or not _read_only_through(plan, stored, {padded, *chain}, kept - {padded}, used)
         ):
             continue
         layout = _interior_strides(graph, padded, source, stored, strides)
