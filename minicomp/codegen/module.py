@@ -13,6 +13,7 @@ Each kernel is written by the writer of its plan class (`WRITERS`) into the
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
-from minicomp.codegen.reuse import reused_in_place, written_in_place
+from minicomp.codegen.reuse import extern_written_in_place, reused_in_place, written_in_place
 from minicomp.codegen.templates import ENV
 from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, is_view_line, safe_name
 from minicomp.ir import TensorMeta
@@ -78,7 +79,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
     body = _Body(plan, families if families is not None else Families())
     for at, step in enumerate(plan.steps):
         if isinstance(step, Extern):
-            body.extern(step)
+            body.extern(at, step)
         else:
             body.kernel(at, step)
     wrapper = body.finish()
@@ -132,9 +133,16 @@ class _Body:
         self.wrapper.append(text)
         self.uses.append(uses)
 
-    def extern(self, step: Extern) -> None:
+    def extern(self, at: int, step: Extern) -> None:
         self.flush()
         node = self.graph[step.node]
+        in_place = extern_written_in_place(self.plan, self.storages, at)
+        if in_place is not None:  # ATen writes the input's new value into the input itself
+            op, dst = in_place
+            self.written[step.node] = dst
+            line = extern_line(dataclasses.replace(node, target=op))
+            self.line(f"{line}  # the input's new value, written in place", {step.node, *node.inputs()})
+            return
         rename = self.aligned_mask(node)
         planned = is_view_line(node) and self.as_meta(node.args[0].name) and not rename
         self.line(extern_line(node, rename, planned), {step.node, *node.inputs(), *rename.values()})

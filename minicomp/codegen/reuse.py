@@ -4,6 +4,8 @@ input itself (`written_in_place`)."""
 
 from __future__ import annotations
 
+import torch
+
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
 from minicomp.codegen.reduction import ReductionSource
@@ -118,6 +120,46 @@ def written_in_place(plan: Plan, storages: Storages, source: KernelSource, at: i
             continue
         written[src] = dst
     return written
+
+
+def extern_written_in_place(plan: Plan, storages: Storages, at: int):
+    """(the in-place op, the mutated input) for extern step `at` whose result is that input's new
+    value, where ATen's in-place form can write it there instead of into a copy of the input
+    copied back at the end (a static KV cache's `index_copy_`, functionalized to `index_put` and a
+    `copy_`: two copies of the whole cache a layer and a token): an op `aten.X.ov` with an
+    `aten.X_.ov`, whose first argument is the input itself, laid out as the result (dense); the
+    result no graph output; nothing that reaches the input's memory read by the op's other
+    arguments, by a later step, returned, or written by another mutation. Else None."""
+    step = plan.steps[at]
+    graph = plan.graph
+    node = graph[step.node]
+    target, args = node.target, node.args
+    if not graph.mutations or not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return None
+    dst = next((d for d, s in graph.mutations if s == node.name), None)
+    if dst is None or not args or getattr(args[0], "name", None) != dst:
+        return None
+    in_place = getattr(getattr(torch.ops.aten, f"{target._opname}_", None), target._overloadname, None)
+    if in_place is None or not storages.owns_memory(node.name):
+        return None
+    meta, other = node.meta, graph[dst].meta
+    if not (
+        isinstance(meta, TensorMeta)
+        and isinstance(other, TensorMeta)
+        and (other.shape, other.dtype, other.device) == (meta.shape, meta.dtype, meta.device)
+        and tuple(other.stride) == tuple(plan.strides.get(node.name, meta.stride))
+        and is_dense(other.shape, other.stride)
+    ):
+        return None
+    reach = _views_of(plan, storages, dst)
+    outputs = {o for o in graph.outputs if isinstance(o, str)}
+    if node.name in outputs or reach & outputs or reach & set(node.inputs()[1:]):
+        return None
+    if any(reach & set(step_uses(plan, later)) for later in plan.steps[at + 1 :]):
+        return None
+    if any(storages.owner.get(s) in reach or s in reach for d, s in graph.mutations if d != dst):
+        return None
+    return in_place, dst
 
 
 def _views_of(plan: Plan, storages: Storages, name: str) -> set[str]:
