@@ -35,6 +35,18 @@ def values_from_the_cache(cache, pos, k):
     return cache.sum(-1) + k.sum()
 
 
+def cache_returned(cache, pos, k):
+    cache.index_copy_(2, pos, k)
+    return cache, cache[:, :, 2:4] * 3.0
+
+
+def two_caches(keys, pos, k):
+    values = keys * 0.5  # a second cache made from the first's old values (read before the update)
+    keys.index_copy_(2, pos, k)
+    values.index_copy_(2, pos, -k)
+    return keys.sum(-1), values.sum(-1)
+
+
 def masked_fill_in_place(x, mask):
     x.masked_fill_(mask, -1.0)
     return x.mean()
@@ -60,7 +72,9 @@ def _run(fn, inputs, how):
 
 
 @pytest.mark.parametrize("how", ["jit", "dynamo"])
-@pytest.mark.parametrize("fn", [cache_update, old_read_after, view_returned, values_from_the_cache])
+@pytest.mark.parametrize(
+    "fn", [cache_update, old_read_after, view_returned, values_from_the_cache, cache_returned, two_caches]
+)
 def test_against_eager(fn, how):
     _run(fn, _inputs(), how)
 
