@@ -70,6 +70,7 @@ class Region:
     bodies: dict[int, torch.fx.GraphModule] = field(default_factory=dict)
     compiled: dict[int, object] = field(default_factory=dict)  # run(): per rows
     joints: dict[tuple, object] = field(default_factory=dict)  # joint(): per rows, wanted sides, layouts
+    undonated: bool = False  # a joint kept the product beside its gradient: chunks of half the rows
 
     def body(self, rows: int) -> torch.fx.GraphModule:
         """The region for a chunk of `rows` rows: the template with each size argument's leading
@@ -95,8 +96,14 @@ class Region:
         return self.compiled[rows]
 
     def chunks(self):
-        for start in range(0, self.n_rows, self.rows):
-            yield start, min(self.n_rows, start + self.rows)
+        """(start, end) of each chunk: `rows` rows, or half as many once a joint could not write
+        the product's gradient over the product (a chunk then holds two [rows, V] values: the
+        budget counted one; row_regions.chunk_rows)."""
+        start = 0
+        while start < self.n_rows:
+            end = min(self.n_rows, start + (self.rows if not self.undonated else _half(self.rows)))
+            yield start, end
+            start = end
 
     def split(self, inputs: list[torch.Tensor]):
         a, b = inputs[0], inputs[1]
@@ -186,7 +193,10 @@ class Region:
             for grad, (_, dtype, rest) in zip(grads, self.outputs)
         ]
         args = [logits, *self.side_chunks(sides, start, end), *weights]
-        found = self.joint(end - start, wanted, b.shape[1], args)(*args)
+        joint = self.joint(end - start, wanted, b.shape[1], args)
+        found = joint(*args)
+        if getattr(joint, "compiled", None) is not None and not joint.taken:
+            self.undonated = True
         n = len(self.outputs)
         values, d_logits, side_grads = found[:n], found[n], found[n + 1 :]
         self._matmul_grads(result, a, b, d_logits, logits.shape[1], start, end)
@@ -295,6 +305,12 @@ class Region:
         if sums and value.dtype in (torch.float16, torch.bfloat16) and value.numel() <= width:
             return torch.float32
         return value.dtype
+
+
+def _half(rows: int) -> int:
+    """Half of `rows`, whole tiles of 128 rows where it has them."""
+    half = max(1, rows // 2)
+    return half // 128 * 128 if half >= 128 else half
 
 
 def padded_width(v: int, dtype: torch.dtype, device: torch.device) -> int | None:

@@ -74,6 +74,19 @@ class Donating:
         self.run = lambda *call_args: entry(self.fn, call_args, in_spec)
         return result
 
+    @property
+    def taken(self) -> bool:
+        """Whether the compiled call writes a result into a donated argument's memory (a kernel
+        reads the argument after its last store there, say, and it does not)."""
+        if self.compiled is None:
+            return False
+        results = {o for o in self.compiled.graph.outputs if isinstance(o, str)}
+        lines = self.compiled.source.split("def call_boxed", 1)[-1].splitlines()
+        return any(
+            line.split("=", 1)[0].strip() in results and ("= donated_" in line or "over_or_empty(donated_" in line)
+            for line in lines
+        )
+
 
 def _copy(value: torch.Tensor) -> torch.Tensor:
     """`value` in memory of its own at its own strides (a padded product's [rows, V] view keeps its

@@ -151,7 +151,11 @@ def test_loss_forms_through_jit(fn):
 
 
 @pytest.mark.slow  # each chunk size's region compiled (forward, training) in the interpreter: ~7 s
-@pytest.mark.parametrize("fn, pad", [(ce_smoothing, "auto"), (ce_none, "auto"), (ce_ignore, "always")])
+@pytest.mark.parametrize(
+    "fn, pad",
+    [(ce_smoothing, "auto"), (ce_none, "auto"), (ce_ignore, "always")]
+    + [(fn, "auto") for fn in (ce_sum, ce_z_loss, ce_soft_cap, logsumexp_rows, softmax_gather)],
+)
 def test_chunks_compiled_by_minicomp(fn, pad, monkeypatch):
     """Each chunk's region and its backward compiled by minicomp (what the GPU runs), not run
     eagerly: one kernel writes the product's gradient over the product (donating.py), so a chunk
@@ -165,13 +169,30 @@ def test_chunks_compiled_by_minicomp(fn, pad, monkeypatch):
         made.append(self)
 
     monkeypatch.setattr(donating.Donating, "__init__", recording)
-    with config.override(pad_matmuls=pad):
-        _check(fn, _inputs())
+    earlier = dict(chunked_rows.REGIONS)  # (this process's registry: this test's regions alone)
+    chunked_rows.REGIONS.clear()
+    try:
+        with config.override(pad_matmuls=pad):
+            _check(fn, _inputs())
+        undonated = [region for region in chunked_rows.REGIONS.values() if region.undonated]
+    finally:
+        chunked_rows.REGIONS.update(earlier)
     assert made and all(joint.compiled is not None for joint in made), "each chunk size's joint compiled"
     for joint in made:
         gradient = joint.compiled.graph.outputs[-1]  # (results, the product's gradient): no side needs one
         over = "over_or_empty(donated_0" if pad == "always" else "donated_0.as_strided("
-        assert f"{gradient} = {over}" in joint.compiled.source, joint.compiled.source
+        if fn is softmax_gather:  # its loss reads the target's probability after the gradient's pass
+            assert not joint.taken
+        else:
+            assert f"{gradient} = {over}" in joint.compiled.source and joint.taken, joint.compiled.source
+    assert bool(undonated) == (fn is softmax_gather)  # its chunks then take half the rows
+
+
+def test_chunks_of_half_the_rows_where_the_gradient_is_not_over_the_product():
+    region = chunked_rows.Region(None, n_rows=1000, rows=256, bias=False, sides=[], outputs=[], diff=[], budget=0)
+    assert [end - start for start, end in region.chunks()] == [256, 256, 256, 232]
+    region.undonated = True
+    assert [end - start for start, end in region.chunks()] == [128] * 7 + [104]
 
 
 def test_one_chunk_product_alive_at_a_time(monkeypatch):
