@@ -125,7 +125,7 @@ def _aten_graph(fn, example_inputs, fake_mode) -> torch.fx.GraphModule:
     ]
     from minicomp.capture.functional import functional_temporaries, writes_in_place
 
-    table = capture.decompositions()
+    table = capture.decompositions() | _SHIFTED_BY_A_DETACHED_MAX
     with fake_mode:
         gm = functional_temporaries(make_fx(torch.func.functionalize(fn), decomposition_table=table)(*fakes))
         if writes_in_place(gm):  # a decomposition's write (label smoothing's masked_fill_): traced functional
@@ -134,5 +134,69 @@ def _aten_graph(fn, example_inputs, fake_mode) -> torch.fx.GraphModule:
     for node in gm.graph.nodes:  # aten.copy (a functional copy_) has no derivative
         if node.op == "call_function" and node.target is torch.ops.aten.copy.default and len(node.args) == 2:
             node.target = row_regions.copy_like
+        elif node.op == "call_function" and node.target is torch.ops.minicomp.unshifting.default:
+            node.target = torch.ops.aten.detach.default  # (functionalization would have made a detach an alias)
     gm.recompile()
     return gm
+
+
+# The softmax family as the chunks trace it: autograd runs over these ops (the rows' gradient is
+# the regions' backward), so the maximum that shifts the rows is detached. Its gradient, a count
+# of each row's ties, is zero in exact arithmetic (the shift cancels), and costs the joint kernel a
+# pass over the logits (docs/experiments.md); eager's own derivatives of these ops have no such term.
+
+
+@torch.library.custom_op("minicomp::unshifting", mutates_args=())
+def _unshifting(x: torch.Tensor) -> torch.Tensor:
+    """A detach that survives functionalization, as a node `_aten_graph` turns into aten.detach
+    (traced only, never run)."""
+    return x.detach().clone()
+
+
+@_unshifting.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _shift(x: torch.Tensor, dims) -> torch.Tensor:
+    return torch.amax(_unshifting(x), dims, keepdim=True)
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """x in its computation dtype: float32 for 16-bit floats, as eager's kernels compute."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    x = x.contiguous()
+    wide = _wide(x)
+    shifted = wide - _shift(wide, dim)
+    result = shifted - torch.log(torch.sum(torch.exp(shifted), dim, keepdim=True))
+    return result if half_to_float else result.to(x.dtype)
+
+
+def _softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    x = x.contiguous()
+    wide = _wide(x)
+    unnormalized = torch.exp(wide - _shift(wide, dim))
+    result = unnormalized / torch.sum(unnormalized, dim, keepdim=True)
+    return result if half_to_float else result.to(x.dtype)
+
+
+def _logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
+    from torch._decomp import decomposition_table
+
+    dims = tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
+    if not x.is_floating_point() or x.numel() == 0:
+        return decomposition_table[torch.ops.aten.logsumexp.default](x, dims, keepdim)
+    maxes = _shift(x, dims)
+    maxes = torch.masked_fill(maxes, maxes.abs() == float("inf"), 0)
+    summed = torch.sum(torch.exp(x - maxes), dims, keepdim)
+    return summed.log().add(maxes if keepdim else torch.squeeze(maxes, dims))
+
+
+_SHIFTED_BY_A_DETACHED_MAX = {
+    torch.ops.aten._log_softmax.default: _log_softmax,
+    torch.ops.aten._softmax.default: _softmax,
+    torch.ops.aten.logsumexp.default: _logsumexp,
+}

@@ -29,7 +29,7 @@ the bias, the product's gradient (written padded by the joint) and W's gradient 
 
 The ops are opaque to AOTAutograd (what it saves for the backward: `a`, `b` and the side inputs,
 or the early gradients; no [N, V] value) and extern calls to the pipeline. Chunk size: the rows
-whose [rows, V] values fit config "chunk_budget_bytes" (row_regions.chunk_rows).
+whose [rows, V] values fit config "chunk_budget_bytes" (chunk_size.rows_a_chunk).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Region:
     def chunks(self):
         """(start, end) of each chunk: `rows` rows, or half as many once a joint could not write
         the product's gradient over the product (a chunk then holds two [rows, V] values: the
-        budget counted one; row_regions.chunk_rows)."""
+        budget counted one; chunk_size.rows_a_chunk)."""
         start = 0
         while start < self.n_rows:
             end = min(self.n_rows, start + (self.rows if not self.undonated else _half(self.rows)))

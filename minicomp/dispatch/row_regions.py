@@ -26,7 +26,7 @@ import torch
 import torch.fx
 
 from minicomp import config, logs
-from minicomp.dispatch import chunked_ops, chunked_rows, linear_tail  # noqa: F401 - chunked_ops: the ops registered
+from minicomp.dispatch import chunk_size, chunked_ops, chunked_rows, linear_tail  # noqa: F401 - chunked_ops: the ops registered
 from minicomp.dispatch.chunked_rows import REGIONS, ROWS, SIZED, WHOLE, Region
 
 log = logs.fusion  # MINICOMP_LOGS=fusion: what was chunked, or why not
@@ -207,26 +207,6 @@ def _dims(node: torch.fx.Node, ndim: int) -> list[int] | None:
     return [d % max(ndim, 1) for d in dims]
 
 
-def chunk_rows(finder: _Finder, budget: int) -> int | None:
-    """Rows a chunk: as many as fit the budget with the chunk's [rows, V] values, a multiple of 128
-    from 128 on; None when the whole product fits (nothing to gain). On CUDA the region and its
-    backward run as fused kernels (chunked_rows.Region.joint) that write the product's gradient
-    over the product: one [rows, V] value of the product's dtype; elsewhere they run op by op:
-    the region's widest value and its gradient."""
-    nodes = [finder.mm, *finder.region]
-    per_row = max(_val(n).numel() // finder.n for n in nodes)
-    product = _val(finder.mm)
-    if product.device.type == "cuda":
-        row_bytes = per_row * product.dtype.itemsize
-    else:
-        row_bytes = 2 * per_row * max(_val(n).dtype.itemsize for n in nodes)
-    rows = budget // max(row_bytes, 1)
-    if rows >= 128:  # whole tiles of the matmul's rows
-        rows = rows // 128 * 128
-    rows = max(rows, 1)
-    return None if rows >= finder.n else rows
-
-
 def _needs_grad(gm: torch.fx.GraphModule, requires_grad: list[bool]) -> set[str]:
     flags = iter(requires_grad)
     found: set[str] = set()
@@ -258,7 +238,7 @@ def rewrite(gm: torch.fx.GraphModule, requires_grad: list[bool]) -> torch.fx.Gra
             continue
         finder = _Finder(gm, mm, needs_grad)
         why = finder.find()
-        rows = None if why else chunk_rows(finder, budget)
+        rows = None if why else chunk_size.rows_a_chunk([finder.mm, *finder.region], finder.n, budget)
         if why or rows is None:
             log.info("%s: not chunked: %s", mm.name, why or "its product fits the budget")
             continue

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import minicomp
 from minicomp import config, pipeline
-from minicomp.dispatch import chunk_tracing, chunked_rows, donating, dynamo, row_regions
+from minicomp.dispatch import chunk_size, chunk_tracing, chunked_rows, donating, dynamo, row_regions
 
 N, D, V = 37, 16, 103
 BUDGET = 2 * 8 * V * 4  # about 8 rows of float32 logits and their gradient: 5 chunks
@@ -181,11 +181,43 @@ def test_chunks_compiled_by_minicomp(fn, pad, monkeypatch):
     for joint in made:
         gradient = joint.compiled.graph.outputs[-1]  # (results, the product's gradient): no side needs one
         over = "over_or_empty(donated_0" if pad == "always" else "donated_0.as_strided("
-        if fn is softmax_gather:  # its loss reads the target's probability after the gradient's pass
-            assert not joint.taken
-        else:
-            assert f"{gradient} = {over}" in joint.compiled.source and joint.taken, joint.compiled.source
-    assert bool(undonated) == (fn is softmax_gather)  # its chunks then take half the rows
+        assert f"{gradient} = {over}" in joint.compiled.source and joint.taken, joint.compiled.source
+    assert not undonated  # (a gather of the target's value runs before the gradient's pass)
+
+
+def test_the_softmax_familys_shift_is_detached_in_the_traced_region():
+    """The chunks' ATen graph shifts each row by a detached max (chunk_tracing.py): autograd over
+    the region then computes no tie count for `amax`, which a joint kernel paid a pass for."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for fn in (ce_sum, logsumexp_rows, softmax_gather):
+        gm = chunk_tracing._aten_graph(fn, list(_inputs()), FakeTensorMode(allow_non_fake_inputs=True))
+        maxes = [n for n in gm.graph.nodes if n.target is torch.ops.aten.amax.default]
+        assert maxes and all(n.args[0].target is torch.ops.aten.detach.default for n in maxes), gm.code
+
+
+@pytest.mark.slow  # the joints compiled in the interpreter
+@pytest.mark.parametrize("fn, passes", [(ce_sum, 2), (ce_smoothing, 2), (logsumexp_rows, 3), (softmax_gather, 3)])
+def test_a_joint_kernel_passes_over_its_rows(fn, passes, monkeypatch):
+    """Walking its rows in blocks (a looped reduction, as a vocabulary of 128k is), a chunk's joint
+    kernel makes one pass for the max and the sum of exponentials (online), one for the gradient
+    (and one for each further row reduction the form needs), and writes the gradient over the
+    product: the target's value is gathered before the gradient's pass (codegen/reduction.py
+    `_written_over`). Before: a tie-count pass more, and softmax-then-gather not in place."""
+    monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", True)
+    made = []
+    init = donating.Donating.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(donating.Donating, "__init__", recording)
+    with config.override(persistent_rows=32, persistent_bytes=64):
+        _check(fn, _inputs())
+    source = made[0].compiled.source
+    assert source.count("for roffset in range(") == passes, source
+    assert made[0].taken
 
 
 def test_chunks_of_half_the_rows_where_the_gradient_is_not_over_the_product():
@@ -193,6 +225,17 @@ def test_chunks_of_half_the_rows_where_the_gradient_is_not_over_the_product():
     assert [end - start for start, end in region.chunks()] == [256, 256, 256, 232]
     region.undonated = True
     assert [end - start for start, end in region.chunks()] == [128] * 7 + [104]
+
+
+@pytest.mark.parametrize(
+    "n, most, rows",
+    [(4096, 1280, 1024), (4000, 1280, 1024), (8192, 523, 512), (37, 8, 8), (100, 7, 7), (4096, 4095, 2048)],
+)
+def test_chunks_of_even_rows(n, most, rows):
+    """The fewest chunks the budget allows, of equal rows (whole row tiles of 128 where the budget
+    allows one): no chunk a small remainder (GPT-2's 4096 rows at 1280: 4 of 1024, not 1280 x 3 + 256)."""
+    assert chunk_size.even_rows(n, most) == rows
+    assert rows <= max(most // 128 * 128, 1) if most >= 128 else rows <= most
 
 
 def test_one_chunk_product_alive_at_a_time(monkeypatch):

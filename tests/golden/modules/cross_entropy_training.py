@@ -133,7 +133,9 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out0_ptr, out1_pt
         amax_acc = amax_next
     amax = amax_acc  # amax
     sum_1 = tl.where(amax == float("-inf"), float("nan"), sum_1_acc)  # sum of exp(logits - amax), accumulated online
+    tl.store(out0_ptr + x0, amax, mask=xmask)
     log = tl.log(sum_1)  # aten.log.default
+    tl.store(out1_ptr + x0, log, mask=xmask)
     target = tl.load(target_ptr + x0, mask=xmask, other=0)
     ne = target != -100  # aten.ne.Scalar
     scalar_tensor = tl.full([XBLOCK, 1], 0, tl.int64)  # aten.scalar_tensor.default
@@ -147,8 +149,6 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out0_ptr, out1_pt
     neg = sub_1 * -1.0  # aten.neg.default
     scalar_tensor_1 = tl.full([XBLOCK, 1], 0.0, tl.float32)  # aten.scalar_tensor.default
     where_1 = tl.where(ne, neg, scalar_tensor_1)  # aten.where.self
-    tl.store(out0_ptr + x0, amax, mask=xmask)
-    tl.store(out1_ptr + x0, log, mask=xmask)
     tl.store(out2_ptr + x0, where_1, mask=xmask)
 
 
@@ -173,8 +173,8 @@ def mc_fused_ne_sum_to_copy_div_1(target_ptr, where_1_ptr, out0_ptr, out1_ptr, n
     sum_2 = tl.reduce(tl.where(rmask, ne.to(tl.int64), 0), 1, _sum)[:, None]  # sum
     sum_3 = tl.reduce(tl.where(rmask, where_1, 0.0), 1, _sum)[:, None]  # sum
     _to_copy = sum_2.to(tl.float32)  # aten._to_copy.default
-    div = sum_3 / _to_copy  # aten.div.Tensor
     tl.store(out0_ptr + xindex * 0, _to_copy, mask=xmask)
+    div = sum_3 / _to_copy  # aten.div.Tensor
     tl.store(out1_ptr + xindex * 0, div, mask=xmask)
 
 

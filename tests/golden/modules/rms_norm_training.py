@@ -111,11 +111,11 @@ def mc_fused_pow_mean_add_rsqrt_mul_0(x_ptr, w_ptr, out0_ptr, out1_ptr, n_rows, 
     mean = tl.reduce(tl.where(rmask, pow_1, 0.0), 1, _sum)[:, None] / 64.0  # mean
     add = mean + 1e-06  # aten.add.Tensor
     rsqrt = libdevice.rsqrt(add)  # aten.rsqrt.default
+    tl.store(out0_ptr + x0, rsqrt, mask=xmask)
     w = tl.load(w_ptr + r0, mask=rmask, other=0)
     mul = x * rsqrt  # aten.mul.Tensor
     mul_1 = w * mul  # aten.mul.Tensor
     tl.store(out1_ptr + (64*x0 + r0), mul_1, mask=xmask & rmask)
-    tl.store(out0_ptr + x0, rsqrt, mask=xmask)
 
 
 launch_0 = Launch(mc_fused_pow_mean_add_rsqrt_mul_0, ReductionLaunch(rows=64, rblock=64, extent=64), device="cpu")
