@@ -35,6 +35,7 @@ class Donating:
         self.policy = config.fallback(policy)
         self.run = None  # the call, once compiled (or the function as written, after a failure)
         self.compiled = None  # pipeline.Compiled, for looking inside
+        self._taken: bool | None = None  # `taken`, once read
 
     def __call__(self, *args):
         if self.run is None:
@@ -77,15 +78,18 @@ class Donating:
     @property
     def taken(self) -> bool:
         """Whether the compiled call writes a result into a donated argument's memory (a kernel
-        reads the argument after its last store there, say, and it does not)."""
+        reads the argument after its last store there, say, and it does not). Read from the
+        wrapper once (a chunked loss asks after every chunk)."""
         if self.compiled is None:
             return False
-        results = {o for o in self.compiled.graph.outputs if isinstance(o, str)}
-        lines = self.compiled.source.split("def call_boxed", 1)[-1].splitlines()
-        return any(
-            line.split("=", 1)[0].strip() in results and ("= donated_" in line or "over_or_empty(donated_" in line)
-            for line in lines
-        )
+        if self._taken is None:
+            results = {o for o in self.compiled.graph.outputs if isinstance(o, str)}
+            lines = self.compiled.source.split("def call_boxed", 1)[-1].splitlines()
+            self._taken = any(
+                line.split("=", 1)[0].strip() in results and ("= donated_" in line or "over_or_empty(donated_" in line)
+                for line in lines
+            )
+        return self._taken
 
 
 def _copy(value: torch.Tensor) -> torch.Tensor:
