@@ -33,15 +33,6 @@ from minicomp.bench import model_row, model_specs  # noqa: E402
 STEPS = 5
 
 
-def _union_us(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for begin, finish in sorted(intervals):
-        if finish > end:
-            total += finish - max(begin, end)
-            end = finish
-    return total
-
-
 def main(name: str, step: str, variant: str, use_cprofile: bool) -> None:
     spec = model_specs.MODELS[name]
     sizes, bf16 = spec.sizes(False), torch.bfloat16
@@ -65,7 +56,7 @@ def main(name: str, step: str, variant: str, use_cprofile: bool) -> None:
         inside = [(g.time_range.start, g.time_range.end) for g in gpu if begin <= g.time_range.start <= end]
         walls.append(end - begin)
         firsts.append(min(i[0] for i in inside) - begin if inside else float("nan"))
-        idles.append((end - begin) - _union_us(inside))
+        idles.append((end - begin) - model_row.busy_ms(inside) * 1e3)
     calls, call_us = collections.Counter(), collections.Counter()
     ops, op_us = collections.Counter(), collections.Counter()
     for e in events:

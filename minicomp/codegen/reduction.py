@@ -42,8 +42,9 @@ from typing import ClassVar
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.codegen.reduction_lines import ReductionLines
 from minicomp.codegen.reduction_passes import passes
+from minicomp.codegen.written_over import written_over
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Dyn, Expr, IterationSpace, Var, same_address, size
+from minicomp.lowering.indexing import Expr, IterationSpace, Var, same_address, size
 from minicomp.lowering.ops import NodeKind
 from minicomp.plan.fusion import Kernel, Plan
 from minicomp.plan.row_reads import at_row, row_index
@@ -121,7 +122,7 @@ class ReductionWriter(ReductionLines, KernelWriter):
         self.passes: dict[tuple[str, Expr], set[int]] = {}  # (buffer, offset) -> the passes that load it
         self.pass_survey = survey  # ... as an earlier writing of this kernel found them
         self.loading: tuple[str, Expr] | None = None  # the load being written: (buffer, offset)
-        self.load_sites: list[tuple[str, Expr, int, str]] = []  # (buffer, offset, phase, "before"/"body")
+        self.load_sites: list[tuple[str, Expr, int, str]] = []  # (buffer, offset, pass, "before"/"body")
 
     # -- the index -----------------------------------------------------------
     def _full_index(self):
@@ -205,7 +206,7 @@ class ReductionWriter(ReductionLines, KernelWriter):
         its rows (broadcast over the row); the condition goes before the loop with that load."""
         full = self._reads_full(code)
         lines = self.prologue if self.hoisting else self.phase.body if full else self.phase.before
-        if self.loading is not None:  # (where a load's line goes: `_written_over`)
+        if self.loading is not None:  # (where a load's line goes: written_over.py)
             here = -1 if self.hoisting or self.phase not in self.phases else self.phases.index(self.phase)
             self.load_sites.append((*self.loading, here, "body" if full else "before"))
         key = (code, dtype, full)
@@ -247,25 +248,24 @@ class ReductionWriter(ReductionLines, KernelWriter):
                 self.phases[min(self.needs.get(name, 0), count)].stores.append(name)
             else:
                 row_stores.append(name)
-        for phase in self.phases:
+        for k, phase in enumerate(self.phases):
             self.phase = phase
             self.full_memo = {} if self.looped else self.full_memo
             if self.looped:
-                self.emitted = {k: v for k, v in self.emitted.items() if not k[2]}
+                self.emitted = {key: v for key, v in self.emitted.items() if not key[2]}
+            for name in row_stores:  # each before the first pass after the results it needs (a gather's
+                if min(self.needs.get(name, count), count) == k:  # target read before a later pass writes)
+                    phase.before.append(self._store(name, outs[name]))
             for name in phase.reductions:
                 if name not in self.online:  # a sum accumulated online is written with its max
                     self._reduce(name)
             for name in phase.stores:
                 phase.body.append(self._store(name, outs[name]))
-        for name in row_stores:  # each after the pass of the last results it needs (before later passes)
-            self.phase = self.phases[min(self.needs.get(name, count), count)]
-            self.phase.before.append(self._store(name, outs[name]))
-        self.phase = self.phases[-1]
         aligned = {name: self._read_only_at(name) for name in row_stores}
         for k, phase in enumerate(self.phases):
             if len(phase.stores) == 1:  # a pass's one element store: each element after its loads
                 (name,) = phase.stores
-                aligned[name] = self._written_over(name, k)
+                aligned[name] = written_over(self._offset(name), k, self.load_sites, self.load_offsets, len(self.rows))
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
         wide_index = needs_wide_index(self.plan, self.xspace.numel * self.extent, args)
@@ -291,32 +291,6 @@ class ReductionWriter(ReductionLines, KernelWriter):
             b
             for b, loaded in self.load_offsets.items()
             if loaded and all(o is not None and same_address(o, offset) for o in loaded)
-        )
-
-    def _written_over(self, name: str, k: int) -> tuple[str, ...]:
-        """The buffers a pass's element store `name` (in pass `k`) may write over (`aligned`): each
-        load of one reads the store's own element in pass k or earlier, or an element of the
-        store's own row (a gather's target) before pass k's loop; none comes after it. The row is
-        the program's own, so no other program reads what this one writes."""
-        offset = self._offset(name)
-
-        def fits(loaded: Expr, here: int, where: str) -> bool:
-            if here < 0 or here > k:
-                return False
-            if same_address(loaded, offset):
-                return True
-            return (here < k or where == "before") and _same_row(loaded, offset, len(self.rows))
-
-        sites: dict[str, list] = {}
-        for buffer, loaded, here, where in self.load_sites:
-            sites.setdefault(buffer, []).append((loaded, here, where))
-        return tuple(
-            b
-            for b, loaded in self.load_offsets.items()
-            if loaded
-            and None not in loaded
-            and all(o in {site[0] for site in sites.get(b, [])} for o in loaded)
-            and all(fits(*site) for site in sites.get(b, []))
         )
 
     def _offset(self, name: str) -> Expr:
@@ -397,21 +371,6 @@ class ReductionWriter(ReductionLines, KernelWriter):
             + (f"; online max-and-sum for {', '.join(self.online)}" if self.online else ""),
             f"  reads {', '.join(self.kernel.loads) or '-'}; writes {', '.join(self.kernel.stores)}",
         ]
-
-
-def _same_row(loaded: Expr, stored: Expr, rows: int) -> bool:
-    """Whether an offset loaded is in the row a store writes (a reduction over one dim): the same
-    row terms and constant, and the rest the reduced variable or a run-time index (a gather's
-    `Dyn`, masked to its size) within the row's length at the row's stride."""
-    reduced = [(atom, c) for atom, c in stored.terms if isinstance(atom, Var) and atom.dim >= rows]
-    difference = loaded - stored
-    if len(reduced) != 1 or difference.const != 0:
-        return False
-    ((var, step),) = reduced
-    return all(
-        isinstance(atom, Var) and atom.dim >= rows or isinstance(atom, Dyn) and c == step and atom.size <= var.size
-        for atom, c in difference.terms
-    )
 
 
 FULL_ATOM = re.compile(r"r\d+|rindex|rmask|roffset|RBLOCK")  # what only a loop body (or the whole row) defines

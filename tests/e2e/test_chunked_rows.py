@@ -150,6 +150,20 @@ def test_loss_forms_through_jit(fn):
     _check(fn, _inputs(), how="jit")
 
 
+def _compiled_joints(monkeypatch) -> list:
+    """The chunks' joints (donating.Donating) made from now on, compiled on the CPU as on a GPU."""
+    monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", True)
+    made = []
+    init = donating.Donating.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(donating.Donating, "__init__", recording)
+    return made
+
+
 @pytest.mark.slow  # each chunk size's region compiled (forward, training) in the interpreter: ~7 s
 @pytest.mark.parametrize(
     "fn, pad",
@@ -160,15 +174,7 @@ def test_chunks_compiled_by_minicomp(fn, pad, monkeypatch):
     """Each chunk's region and its backward compiled by minicomp (what the GPU runs), not run
     eagerly: one kernel writes the product's gradient over the product (donating.py), so a chunk
     holds one [rows, V] value; padded for cuBLAS (V = 103 -> 104), inside the padded product."""
-    monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", True)
-    made = []
-    init = donating.Donating.__init__
-
-    def recording(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(donating.Donating, "__init__", recording)
+    made = _compiled_joints(monkeypatch)
     earlier = dict(chunked_rows.REGIONS)  # (this process's registry: this test's regions alone)
     chunked_rows.REGIONS.clear()
     try:
@@ -204,15 +210,7 @@ def test_a_joint_kernel_passes_over_its_rows(fn, passes, monkeypatch):
     (and one for each further row reduction the form needs), and writes the gradient over the
     product: the target's value is gathered before the gradient's pass (codegen/reduction.py
     `_written_over`). Before: a tie-count pass more, and softmax-then-gather not in place."""
-    monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", True)
-    made = []
-    init = donating.Donating.__init__
-
-    def recording(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(donating.Donating, "__init__", recording)
+    made = _compiled_joints(monkeypatch)
     with config.override(persistent_rows=32, persistent_bytes=64):
         _check(fn, _inputs())
     source = made[0].compiled.source

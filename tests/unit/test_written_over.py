@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import torch
 
+import minicomp
 from minicomp import config
-from minicomp.codegen.reduction import _same_row
+from minicomp.codegen.written_over import same_row as _same_row
 from minicomp.lowering.indexing import Dyn, Expr, Var
 
 ROW = Var(0, 8)  # 8 rows (dims before 1: the rows)
@@ -50,3 +51,25 @@ def test_a_donated_row_gathered_then_written_over_matches_eager():
             for a, b in zip(got, expected):
                 torch.testing.assert_close(a, b)
     assert fn.taken  # the probabilities' double written over the logits
+
+
+def test_a_row_value_stored_early_reads_what_a_later_pass_loaded_first():
+    """A row store placed after the pass whose results it needs (amax * s, after pass 1) reads a
+    row input (s) that a later pass's store reads first: its load is written before it, not
+    reused from that later pass (where the name was not assigned yet: CompileError)."""
+
+    def fn(x, s):
+        m = x.amax(-1, keepdim=True)
+        q = ((x - m) ** 2).sum(-1, keepdim=True)
+        return (x - m) * s / q, (m * s).squeeze(-1)
+
+    x, s = torch.randn(6, 40), torch.randn(6, 1)
+    with config.override(persistent_rows=16, persistent_bytes=32):
+        got = minicomp.jit(fn, fallback="raise")(x, s)
+    for a, b in zip(got, fn(x, s)):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_strided_read_of_the_row_is_not_the_rows_own():
+    """A load at twice the row's stride runs past the row (into the next program's)."""
+    assert not _same_row(Expr.of(ROW) * 103 + Expr.of(COL) * 2, STORE, rows=1)
