@@ -208,8 +208,8 @@ def test_a_joint_kernel_passes_over_its_rows(fn, passes, monkeypatch):
     """Walking its rows in blocks (a looped reduction, as a vocabulary of 128k is), a chunk's joint
     kernel makes one pass for the max and the sum of exponentials (online), one for the gradient
     (and one for each further row reduction the form needs), and writes the gradient over the
-    product: the target's value is gathered before the gradient's pass (codegen/reduction.py
-    `_written_over`). Before: a tie-count pass more, and softmax-then-gather not in place."""
+    product: the target's value is gathered before the gradient's pass (codegen/reduction.py,
+    written_over.py). Before: a tie-count pass more, and softmax-then-gather not in place."""
     made = _compiled_joints(monkeypatch)
     with config.override(persistent_rows=32, persistent_bytes=64):
         _check(fn, _inputs())
