@@ -31,6 +31,8 @@ def emit(**record) -> None:
 def compiled(task: Task, variant: str):
     if variant == "eager":
         return task
+    if variant == "aot_eager":
+        return torch.compile(task, backend="aot_eager")
     if variant == "inductor-ro":
         return torch.compile(task, mode="reduce-overhead")
     if variant in ("minicomp", "minicomp-graphs"):

@@ -17,7 +17,9 @@ optimizer), `infer` (no_grad), and for the decoders `decode` (batch 1, one new t
 cache) and `decode-static` (the same at position S/2 of transformers' StaticCache, filled
 eagerly first). Variants: `eager`, `inductor` (torch.compile's default), `inductor-ro`
 (mode="reduce-overhead", decode rows only), `minicomp` (backend="minicomp"), `minicomp-graphs`
-(backend="minicomp", mode="reduce-overhead": CUDA graphs, runtime/graphs.py; decode rows only).
+(backend="minicomp", mode="reduce-overhead": CUDA graphs, runtime/graphs.py; decode rows only);
+on request, `aot_eager` (Dynamo and AOTAutograd with eager kernels: its first call is the part of
+every torch.compile backend's first call that comes before the backend compiles anything).
 
 Each row runs in a process of its own with empty compiler caches (a cold first call, as a user's
 first run has it) under a time limit; the child prints its results as `SUITE {json}` lines as
@@ -74,6 +76,9 @@ from minicomp.bench.model_specs import LAYERS, MODELS
 
 STEPS = ("train", "infer", "decode", "decode-static")
 VARIANTS = ("eager", "inductor", "inductor-ro", "minicomp", "minicomp-graphs")  # eager first: the others' reference
+# on request only: torch.compile's capture alone (Dynamo and AOTAutograd, eager kernels), whose first
+# call is what any torch.compile backend pays before compiling anything: the floor of a first call
+ON_REQUEST = ("aot_eager",)
 GRAPHED = ("inductor-ro", "minicomp-graphs")  # CUDA graphs: decode rows only
 # --tiny's rows unless chosen otherwise (each interpreted row takes 5-30 s on a 2-core machine)
 TINY_ROWS, TINY_VARIANTS = [("dlrm", "train"), ("gpt2", "decode-static")], ("eager", "minicomp")
@@ -85,7 +90,7 @@ def jobs(pairs, variants) -> list[dict]:
     for model, step in pairs:
         if step.startswith("decode") and not MODELS[model].decoder:
             continue
-        for variant in (v for v in VARIANTS if v in variants):
+        for variant in (v for v in VARIANTS + ON_REQUEST if v in variants):
             if variant not in GRAPHED or step.startswith("decode"):
                 out.append(dict(model=model, step=step, variant=variant))
     return out
@@ -267,7 +272,7 @@ def main(argv=None):
     models = options.models.split(",") if options.models else list(MODELS)
     steps = options.steps.split(",") if options.steps else list(STEPS)
     variants = options.variants.split(",") if options.variants else TINY_VARIANTS if run.tiny else VARIANTS
-    unknown = set(models) - set(MODELS) | set(steps) - set(STEPS) | set(variants) - set(VARIANTS)
+    unknown = set(models) - set(MODELS) | set(steps) - set(STEPS) | set(variants) - set(VARIANTS + ON_REQUEST)
     if unknown:
         raise SystemExit(f"unknown models, steps or variants: {sorted(unknown)}")
     pairs = [(model, step) for model in models for step in steps]

@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from minicomp.ir import Ref, TensorMeta
+from minicomp.ir import Ref
 
 
 def freed(lines: list[str], uses: list[set[str]], graph) -> list[str]:
@@ -45,26 +45,21 @@ def doc_line(line: str) -> str:
     return line.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
-# view ops made at the strides the plan knows (runtime/allocate.py `reinterpret`), else called as
-# the tensor's method: the same ATen op without the OpOverload's Python call
+# view ops not made from their root buffer (codegen/view_layouts.py), called as the tensor's method:
+# the same ATen op without the OpOverload's Python call
 VIEWS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.unsqueeze.default": "unsqueeze"}
 
 
-def extern_line(node, rename: dict[str, str] | None = None, as_planned: bool = False) -> str:
+def extern_line(node, rename: dict[str, str] | None = None) -> str:
     """The line of `call` that runs extern node `node` through ATen (`rename`: values passed
-    under another local's name, as an attention mask copied into the layout SDPA needs;
-    `as_planned`: a view (`is_view_line`) whose input is laid out as its meta says, made by
-    `reinterpret` at the view's meta layout)."""
+    under another local's name, as an attention mask copied into the layout SDPA needs)."""
     if rename:
         node = copy.copy(node)
         node.args, node.kwargs = _renamed(node.args, rename), _renamed(node.kwargs, rename)
     if node.target is operator.getitem:
         return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
-    if is_view_line(node):
-        base, meta = node.args[0].name, node.meta
-        if as_planned:
-            return f"{node.name} = reinterpret({base}, {tuple(meta.shape)}, {tuple(meta.stride)}, 0)"
-        return f"{node.name} = {base}.{VIEWS[str(node.target)]}({render_arg(node.args[1])})"
+    if _method_view(node):
+        return f"{node.name} = {node.args[0].name}.{VIEWS[str(node.target)]}({render_arg(node.args[1])})"
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
@@ -78,16 +73,9 @@ def extern_line(node, rename: dict[str, str] | None = None, as_planned: bool = F
     return f"{node.name} = {call}({', '.join(args)})"
 
 
-def is_view_line(node) -> bool:
-    """Whether extern node `node` is a view its line can make by `reinterpret` (a view op of a
-    value, its output's meta known), where its input is laid out as its own meta says."""
-    return (
-        str(node.target) in VIEWS
-        and not node.kwargs
-        and len(node.args) == 2
-        and isinstance(node.args[0], Ref)
-        and isinstance(node.meta, TensorMeta)
-    )
+def _method_view(node) -> bool:
+    """Whether extern node `node` is a view op its line calls as the tensor's method."""
+    return str(node.target) in VIEWS and not node.kwargs and len(node.args) == 2 and isinstance(node.args[0], Ref)
 
 
 def _renamed(value, rename: dict[str, str]):

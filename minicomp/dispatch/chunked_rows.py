@@ -277,22 +277,30 @@ class Region:
             else:
                 rows.copy_(full @ b.t())
         if 1 in result:
-            _add_product(result[1], a[start:end].t(), full if result[1].shape[1] == full.shape[1] else d_logits)
+            x, y = a[start:end].t(), (full if result[1].shape[1] == full.shape[1] else d_logits)
+            if start == 0 and result[1].dtype == x.dtype:  # the first chunk writes it: no zeros to read
+                torch.mm(x, y, out=result[1])
+            else:
+                _add_product(result[1], x, y)
         if self.bias and 2 in result:
             result[2].add_(d_logits.sum(0, dtype=result[2].dtype))
 
     def _gradient_buffer(self, i: int, value: torch.Tensor, width: int) -> torch.Tensor:
         """Zeros for input i's gradient: a row side's contiguous (its rows are written flat), the
         rest laid out like the input (a transposed weight's gradient comes back in the weight's
-        layout: AccumulateGrad would copy one laid out otherwise). `width`: the product's V."""
+        layout: AccumulateGrad would copy one laid out otherwise). `width`: the product's V.
+        b's gradient summed in its own dtype is left unset: the first chunk's product writes it
+        (`_matmul_grads`; a 1 GiB fill and a read of it less for a Llama-3 vocabulary)."""
         first_side = 3 if self.bias else 2
         dtype = self._accumulated(i, value, width)
         if i >= first_side and self.sides[i - first_side][0] == ROWS:
             return torch.zeros(value.shape, dtype=dtype, device=value.device)
+        unset = i == 1 and dtype == value.dtype and self.n_rows > 0  # (no chunk: no product writes it)
         padded = padded_width(value.shape[1], value.dtype, value.device) if i == 1 else None
         if padded is not None and value.stride(0) == 1:  # b = W.T: W's gradient with W's zero rows (`padded`)
-            return torch.zeros(padded, value.shape[0], dtype=dtype, device=value.device).t()
-        return torch.zeros_like(value, dtype=dtype, memory_format=torch.preserve_format)
+            fill = _unset if unset else torch.zeros
+            return fill(padded, value.shape[0], dtype=dtype, device=value.device).t()
+        return (_unset_like if unset else torch.zeros_like)(value, dtype=dtype, memory_format=torch.preserve_format)
 
     def _accumulated(self, i: int, value: torch.Tensor, width: int) -> torch.dtype:
         """The dtype input i's gradient is summed in: float32 for a 16-bit input whose gradient
@@ -305,6 +313,15 @@ class Region:
         if sums and value.dtype in (torch.float16, torch.bfloat16) and value.numel() <= width:
             return torch.float32
         return value.dtype
+
+
+def _unset(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Memory a chunk's product writes whole before anything reads it."""
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def _unset_like(value: torch.Tensor, dtype: torch.dtype, memory_format: torch.memory_format) -> torch.Tensor:
+    return torch.empty_like(value, dtype=dtype, memory_format=memory_format)
 
 
 def _half(rows: int) -> int:

@@ -253,6 +253,27 @@ def test_one_chunk_product_alive_at_a_time(monkeypatch):
     assert len(products) > 5
 
 
+@pytest.mark.parametrize("pad", ["never", "always"])
+def test_the_first_chunk_writes_the_weights_gradient(monkeypatch, pad):
+    """W's gradient is not zero-filled then added to: its buffer starts as whatever memory holds
+    (NaN here) and the first chunk's product writes all of it, the padded rows included."""
+    made = []
+
+    def dirty(*shape, dtype, device):
+        made.append(torch.full(shape, float("nan"), dtype=dtype, device=device))
+        return made[-1]
+
+    def dirty_like(value, dtype, memory_format):
+        made.append(torch.full_like(value, float("nan"), dtype=dtype, memory_format=memory_format))
+        return made[-1]
+
+    monkeypatch.setattr(chunked_rows, "_unset", dirty)
+    monkeypatch.setattr(chunked_rows, "_unset_like", dirty_like)
+    with config.override(pad_matmuls=pad):
+        _check(ce_smoothing, _inputs())
+    assert any(t.numel() >= V * D for t in made), "W's gradient buffer was not left unset"
+
+
 def test_bf16_logits_upcast():
     def fn(h, W, y):
         return F.cross_entropy((h @ W.T).float(), y)

@@ -168,7 +168,7 @@ def test_a_copy_read_by_aten_through_a_view_is_written_once(device):
         return r.reshape(2, 6, 5, 8) @ w, r
 
     source = check(repeat_kv, k, w, kernels=1)
-    assert "= reinterpret(clone, (2, 6, 5, 8), (240, 40, 8, 1), 0)" in source  # a view, not a copy
+    assert "= reinterpret(clone, (60, 8), (8, 1), 0)" in source  # the matmul's operand: a view of it, not a copy
 
 
 @pytest.mark.parametrize(
@@ -297,3 +297,55 @@ def test_a_value_of_the_padding_alone_is_a_tile(device):
         return torch.isnan(tail) | (x[..., :2] > 0)
 
     check(f, x)
+
+
+def _call(source: str) -> str:
+    return source[source.index("def call_boxed") :]
+
+
+VIEW_CHAINS = {
+    # a fused projection split three ways, each head-split and transposed for a matmul (GPT-2's qkv)
+    "split_heads": lambda x, w: [
+        t.view(2, 5, 2, 4).permute(0, 2, 1, 3) @ w[0, :4, :3]
+        for t in (x @ torch.ones(8, 24, device=x.device)).split(8, -1)
+    ],
+    "slice_negative_start": lambda x, w: x.mm(torch.ones(8, 12, device=x.device))[:, -7:-1].t() @ x,
+    "select_negative": lambda x, w: (x @ torch.ones(8, 8, device=x.device)).view(2, 5, 8)[:, -2] @ w[0],
+    "narrow_unbind": lambda x, w: [t @ w[0] for t in (x @ w[1]).narrow(0, 2, 6).view(3, 2, 8).unbind(1)],
+    "chunk_transpose": lambda x, w: [t.transpose(0, 1) @ x for t in (x @ w[1]).chunk(2, 1)],
+    "expand_squeeze": lambda x, w: (x @ w[1])[None].expand(3, 10, 8).squeeze(0) @ w[0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_CHAINS))
+def test_views_read_by_aten_are_made_from_their_root_buffer(device, name):
+    """Chains of views (split, getitem, view, permute, slice, select, narrow, unbind, chunk,
+    expand) that only ATen calls read are made by one `reinterpret` of the buffer at the root of
+    the chain, at the offset the meta kernels give (codegen/view_layouts.py): no ATen view call,
+    no layout check of its result, no view in between; results as eager's."""
+    torch.manual_seed(0)
+    x, w = torch.randn(10, 8, device=device), torch.randn(2, 8, 8, device=device)
+    call = _call(check(VIEW_CHAINS[name], x, w))
+    viewing = ("split", "slice", "select", "narrow", "unbind", "chunk", "expand", "transpose", "permute", "squeeze")
+    assert not any(f"aten.{op}" in call for op in viewing), call
+    assert "conform(" not in call.split("= torch.ops.aten.mm.default._op(")[-1].split("\n")[0]
+    for line in call.splitlines():
+        if "= reinterpret(" in line:
+            root = line.split("reinterpret(")[1].split(",")[0]
+            assert not any(other.strip().startswith(f"{root} = reinterpret(") for other in call.splitlines()), line
+
+
+def test_split_heads_offsets(device):
+    """GPT-2's qkv: q, k and v are the fused product's memory at offsets 0, 8 and 16, made directly."""
+    x, w = torch.randn(10, 8, device=device), torch.randn(2, 8, 8, device=device)
+    source = check(VIEW_CHAINS["split_heads"], x, w)
+    made = [line.strip() for line in _call(source).splitlines() if "= reinterpret(mm," in line]
+    offsets = sorted(int(line.rstrip(")").rsplit(",", 1)[1]) for line in made)
+    assert offsets == [0, 8, 16], made
+
+
+def test_a_view_of_another_dtype_is_not_reinterpreted():
+    """`view(dtype)` keeps its ATen call: `reinterpret` keeps its base's dtype."""
+    x = torch.randn(4, 6)
+    call = _call(check(lambda x: (x * 2).view(torch.int32) @ torch.ones(6, 2, dtype=torch.int32), x))
+    assert "aten.view.dtype" in call

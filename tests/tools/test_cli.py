@@ -110,3 +110,14 @@ def test_gpu_busy_time_is_the_union_of_activity_ranges():
 
     assert busy_ms([(0, 1000), (500, 1500), (600, 700), (3000, 3500)]) == 2.0
     assert busy_ms([]) == 0.0
+
+
+def test_aot_eager_rows_only_on_request():
+    """The suite's `aot_eager` variant (a first call's floor through torch.compile) runs when named,
+    after the default variants, and not by default."""
+    from minicomp.bench.models import VARIANTS, jobs
+
+    assert "aot_eager" not in VARIANTS
+    named = jobs([("bert", "train")], ["minicomp", "aot_eager"])
+    assert [j["variant"] for j in named] == ["minicomp", "aot_eager"]
+    assert all(j["variant"] != "aot_eager" for j in jobs([("bert", "train")], VARIANTS))

@@ -1,0 +1,97 @@
+"""Views the generated `call` makes without an ATen call: each one seen from the buffer it views.
+
+An extern view op (a `view`, `permute`, `slice`, a `split` and its `getitem`s, ...) of a value laid
+out as its meta says moves no data: its result is the base's memory at a shape, strides and an
+offset that the op's meta kernel computes from the base's layout. So `call` makes it as
+
+    permute_2 = reinterpret(addmm, (4, 16, 1024, 64), (3145728, 64, 3072, 1), 1024)
+
+straight from the buffer at the root of its chain of views (`addmm` -> view -> split -> getitem
+-> view -> permute here): no ATen dispatch, no check of a real output's layout, and the views in
+between, read by nothing else, are never made (runtime/allocate.py `reinterpret`).
+
+Only ops whose offset is relative to their input's own start are made so (not `as_strided`, whose
+storage offset is absolute), and only where the meta kernel, run on a meta tensor of the base's
+layout, gives exactly the node's meta (shape, strides) in the base's dtype.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+
+from minicomp.ir import Graph, Node, Ref, TensorMeta
+
+# ATen view ops (by packet name) whose result's offset is relative to their input's start
+SINGLE = {
+    "view", "permute", "unsqueeze", "squeeze", "transpose", "t", "expand", "alias", "slice", "select",
+    "narrow", "diagonal", "unflatten", "movedim", "_reshape_alias",
+}  # fmt: skip
+MULTI = {"split", "split_with_sizes", "unbind", "chunk"}  # a list of views, each taken by a getitem
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A view as `reinterpret(base, shape, stride, offset)` sees it: `offset` elements past `base`'s start."""
+
+    base: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+def splits(node: Node) -> bool:
+    """Whether `node` is a multi-view op (`split`, `unbind`, ...), whose views its getitems take."""
+    return _packet(node) in MULTI and node.target is not operator.getitem
+
+
+def base_of(node: Node, graph: Graph) -> str | None:
+    """The value a view node views: its op's first input (a getitem's: its multi-view op's)."""
+    if node.target is operator.getitem:
+        parent = graph[node.args[0].name] if isinstance(node.args[0], Ref) else None
+        return _first_ref(parent) if parent is not None and _packet(parent) in MULTI else None
+    return _first_ref(node) if _packet(node) in SINGLE else None
+
+
+def layout_of(node: Node, graph: Graph) -> Layout | None:
+    """`node` as a view of its base laid out as the base's meta says, or None where it is not a
+    view op made so or its meta kernel does not give exactly the node's meta."""
+    base = base_of(node, graph)
+    meta = node.meta
+    if base is None or not isinstance(meta, TensorMeta) or not isinstance(graph[base].meta, TensorMeta):
+        return None
+    op = graph[node.args[0].name] if node.target is operator.getitem else node
+    if not _views(op.target) or any(isinstance(a, Ref) for a in (*op.args[1:], *op.kwargs.values())):
+        return None
+    b = graph[base].meta
+    if b.dtype != meta.dtype:  # (`view(dtype)`: reinterpret keeps its base's dtype)
+        return None
+    probe = torch.empty_strided(b.shape, b.stride, dtype=b.dtype, device="meta")
+    try:
+        result = op.target(probe, *op.args[1:], **op.kwargs)
+        if node.target is operator.getitem:
+            result = result[node.args[1]]
+    except Exception:  # noqa: BLE001 - an op the meta kernel refuses here: made by ATen, as before
+        return None
+    if (tuple(result.shape), tuple(result.stride()), result.dtype) != (meta.shape, meta.stride, meta.dtype):
+        return None
+    return Layout(base, meta.shape, meta.stride, result.storage_offset())
+
+
+def _views(target) -> bool:
+    """An ATen op whose first result is an alias of its first argument, not written."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.returns or not schema.arguments:
+        return False
+    info = schema.returns[0].alias_info
+    return info is not None and not info.is_write and schema.arguments[0].alias_info is not None
+
+
+def _packet(node: Node) -> str:
+    return getattr(node.target, "_opname", "") if isinstance(node.target, torch._ops.OpOverload) else ""
+
+
+def _first_ref(node: Node) -> str | None:
+    return node.args[0].name if node.args and isinstance(node.args[0], Ref) else None
