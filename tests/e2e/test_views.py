@@ -349,3 +349,19 @@ def test_a_view_of_another_dtype_is_not_reinterpreted():
     x = torch.randn(4, 6)
     call = _call(check(lambda x: (x * 2).view(torch.int32) @ torch.ones(6, 2, dtype=torch.int32), x))
     assert "aten.view.dtype" in call
+
+
+def test_views_of_an_input_at_a_storage_offset(device):
+    """A view made from an input that starts inside its storage (a slice a caller passes): the
+    offset is counted from the input's own start (`reinterpret` adds it to the input's)."""
+    big, w = torch.randn(14, 8, device=device), torch.randn(8, 3, device=device)
+
+    def fn(x, w):
+        return [t.t() @ t @ w for t in x.split([4, 6], 0)]
+
+    x = big[4:]  # storage offset 32
+    got, want = minicomp.jit(fn)(x, w), fn(x, w)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+    call = _call(minicomp.jit(fn).source(x, w))
+    assert "aten.split" not in call and "= reinterpret(x," in call, call
