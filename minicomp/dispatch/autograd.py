@@ -35,11 +35,22 @@ if TYPE_CHECKING:
 
 def partition(joint, inputs, **kwargs):
     """The min-cut partition, saving no views (they are recomputed from what is saved); the
-    saved values the backward reads at any strides are marked on the forward (saved_layouts.py)."""
+    saved values the backward reads at any strides are marked on the forward (saved_layouts.py).
+
+    With config "recompute_for_memory" (the default) a cheap pointwise value that a non-fusible op
+    of the backward reads whole (a matmul: SwiGLU's `silu(gate) * up` for the down projection's
+    weight gradient, a norm's output for the next projection's, GQA's repeated k and v for the
+    attention's backward) is recomputed there from what is saved anyway, not saved: AOTAutograd
+    bans that by default (`ban_recompute_materialized_backward`: the backward then writes the value
+    in a kernel of its own), which costs a transformer layer about 100 MiB of saved activations at
+    Llama's widths for a few tens of microseconds of backward."""
     import torch._functorch.config as functorch_config
     from functorch.compile import min_cut_rematerialization_partition
 
-    with functorch_config.patch(recompute_views=True):
+    settings = {"recompute_views": True}
+    if config.get("recompute_for_memory"):
+        settings["ban_recompute_materialized_backward"] = False
+    with functorch_config.patch(**settings):
         forward, backward = min_cut_rematerialization_partition(joint, inputs, **kwargs)
     saved_layouts.mark(forward, backward)
     return forward, backward

@@ -103,3 +103,26 @@ def test_an_expanded_output_takes_any_incoming_gradient(device, path):
             grads.append(torch.autograd.grad((a * seeds[0]).sum() + (b * seeds[1]).sum(), (x, s)))
         for got, want in zip(grads[1], grads[0]):
             torch.testing.assert_close(got, want)
+
+
+def _swiglu_mlp(x, gate, up, down):
+    return (torch.nn.functional.silu(x @ gate) * (x @ up)) @ down
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_a_value_a_backward_matmul_reads_is_recomputed_not_saved(device, recompute):
+    """SwiGLU's `silu(x @ gate) * (x @ up)`, which the down projection's weight gradient reads
+    whole, is recomputed in the backward from the two products saved anyway (config
+    "recompute_for_memory"): the forward saves the products and not it; off, it is saved."""
+    x = torch.randn(12, 16, device=device)
+    gate, up, down = (
+        torch.randn(16, 24, device=device) / 4,
+        torch.randn(16, 24, device=device) / 4,
+        torch.randn(24, 16, device=device) / 4,
+    )
+    with minicomp.config.override(recompute_for_memory=recompute):
+        entry = grads_match(_swiglu_mlp, x, gate, up, down)
+    saved = entry.forward.graph.outputs[1:]
+    shapes = [tuple(entry.forward.graph[s].meta.shape) for s in saved if isinstance(s, str)]
+    products = shapes.count((12, 24))
+    assert products == (2 if recompute else 3), (saved, shapes)
