@@ -17,7 +17,6 @@ The chrome trace is written to OUT_DIR/MODEL_STEP_BACKEND.json.gz when OUT_DIR i
 
 import collections
 import gzip
-import importlib
 import json
 import os
 import shutil
@@ -26,30 +25,15 @@ import tempfile
 
 os.environ.setdefault("MINICOMP_CACHE_DIR", tempfile.mkdtemp())
 
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from minicomp.bench import model_row, model_specs  # noqa: E402
+from minicomp.bench import model_row  # noqa: E402
 
 STEPS = 6
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
 def main(name: str, step: str, variant: str, out: str | None) -> None:
-    spec = model_specs.MODELS[name]
-    sizes, bf16 = spec.sizes(False), torch.bfloat16
-    library = importlib.import_module(spec.library) if spec.library else None
-    task = model_specs.build_task(spec, library, sizes, step, "cuda", bf16)
-    args, kwargs, target = model_specs.step_inputs(spec, sizes, step, task, sizes.length, "cuda", bf16, bf16)
-    run = model_row.make_step(task, model_row.compiled(task, variant), step, args, kwargs, target)
-    for _ in range(8):
-        run()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(STEPS):
-            with record_function("one_step"):
-                run()
-        torch.cuda.synchronize()
+    prof = model_row.profiled(model_row.real_step(name, step, variant), STEPS, each_synchronized=False)
     trace = os.path.join(tempfile.mkdtemp(), "trace.json")
     prof.export_chrome_trace(trace)
     with open(trace) as f:

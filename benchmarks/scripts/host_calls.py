@@ -15,7 +15,6 @@ With --cprofile: the top 25 Python functions of 20 steps by own time.
 
 import collections
 import cProfile
-import importlib
 import os
 import pstats
 import statistics
@@ -26,27 +25,15 @@ os.environ.setdefault("MINICOMP_CACHE_DIR", tempfile.mkdtemp())
 
 import torch  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from minicomp.bench import model_row, model_specs  # noqa: E402
+from minicomp.bench import model_row  # noqa: E402
 
 STEPS = 5
 
 
 def main(name: str, step: str, variant: str, use_cprofile: bool) -> None:
-    spec = model_specs.MODELS[name]
-    sizes, bf16 = spec.sizes(False), torch.bfloat16
-    task = model_specs.build_task(spec, importlib.import_module(spec.library), sizes, step, "cuda", bf16)
-    args, kwargs, target = model_specs.step_inputs(spec, sizes, step, task, sizes.length, "cuda", bf16, bf16)
-    run = model_row.make_step(task, model_row.compiled(task, variant), step, args, kwargs, target)
-    for _ in range(8):
-        run()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(STEPS):
-            with record_function("one_step"):
-                run()
-                torch.cuda.synchronize()
+    run = model_row.real_step(name, step, variant)
+    prof = model_row.profiled(run, STEPS, each_synchronized=True)
     events = prof.events()
     steps = [e for e in events if e.name == "one_step" and e.device_type == DeviceType.CPU]
     gpu = [e for e in events if e.device_type == DeviceType.CUDA]

@@ -63,6 +63,35 @@ def make_step(task: Task, fn, step: str, args, kwargs, target) -> Callable:
     return run
 
 
+def real_step(name: str, step: str, variant: str) -> Callable:
+    """One call of a suite model's `step` at its real sizes on the GPU in bf16, compiled by `variant`
+    (the GPU scripts' setup: benchmarks/scripts/)."""
+    spec, bf16 = MODELS[name], torch.bfloat16
+    sizes = spec.sizes(False)
+    library = importlib.import_module(spec.library) if spec.library else None
+    task = build_task(spec, library, sizes, step, "cuda", bf16)
+    args, kwargs, target = step_inputs(spec, sizes, step, task, sizes.length, "cuda", bf16, bf16)
+    return make_step(task, compiled(task, variant), step, args, kwargs, target)
+
+
+def profiled(run: Callable, steps: int, each_synchronized: bool):
+    """torch.profiler (CPU and CUDA) over `steps` calls of `run`, each in a "one_step" range, after
+    8 warm calls; synchronized after each call or only after the last (back to back)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for _ in range(8):
+        run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            with record_function("one_step"):
+                run()
+                if each_synchronized:
+                    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+    return prof
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
