@@ -30,7 +30,6 @@ from minicomp.codegen.templates import ENV
 from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, safe_name
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import attention_mask, mask_strides
-from minicomp.lowering.ops import NodeKind
 from minicomp.plan.fusion import Extern, Kernel, Plan
 from minicomp.plan.padded_writes import border
 from minicomp.plan.steps import MatmulKernel, PointwiseKernel, ReductionKernel, ScatterKernel
@@ -129,10 +128,7 @@ class _Body:
         self.pending: Piece | None = None  # a kernel whose launch may take the next one along
         self.written: dict[str, str] = {}  # a mutated input's new value -> the input a kernel wrote it into
         self.alike = alike.Alike()  # which earlier kernel each one is alike to
-        self.roots: dict[str, tuple[str, int]] = {}  # a view made from a buffer -> (that buffer, offset)
-        self.layouts: dict[str, view_layouts.Layout | None] = {}  # an extern view -> its layout from its base
-        graph = plan.graph
-        self.kept_names = {o for o in graph.outputs if isinstance(o, str)} | {n for m in graph.mutations for n in m}
+        self.views = view_layouts.Views(plan, self.as_meta)  # extern views made from their root buffer
 
     def line(self, text: str, uses: set[str]) -> None:
         self.wrapper.append(text)
@@ -149,52 +145,17 @@ class _Body:
             self.line(f"{line}  # the input's new value, written in place", {step.node, *node.inputs()})
             return
         rename = self.aligned_mask(node)
-        if not rename and self.view(step.node):
-            return  # made from its root buffer at its meta layout (view_layouts.py): nothing to conform
+        made = None if rename else self.views.made(step.node)
+        if made is not None:  # a view made from its root buffer at its meta layout: nothing to conform
+            if made.line:
+                self.runtime_names.add("reinterpret")
+                self.line(made.line, {step.node, made.root})
+            return
         self.line(extern_line(node, rename), {step.node, *node.inputs(), *rename.values()})
         read = self.graph.users(step.node) or step.node in self.graph.outputs
         if isinstance(node.meta, TensorMeta) and read:  # the real layout may not be the meta kernel's
             self.runtime_names.add("conform")
             self.line(conform_line(node), {step.node})
-
-    def view(self, name: str) -> bool:
-        """Whether extern node `name` is a view made without ATen (codegen/view_layouts.py): by
-        `reinterpret` of the buffer at the root of its chain of views, or not at all where only
-        views made so read it (a `split` whose `getitem`s are, a `view` that is only permuted)."""
-        if view_layouts.splits(self.graph[name]):
-            return self.unmade(name)
-        layout = self.plannable(name)
-        if layout is None:
-            return False
-        root, start = self.roots.get(layout.base, (layout.base, 0))
-        self.roots[name] = (root, start + layout.offset)
-        if self.kept(name):
-            self.runtime_names.add("reinterpret")
-            shape, stride, offset = tuple(layout.shape), tuple(layout.stride), start + layout.offset
-            self.line(f"{name} = reinterpret({root}, {shape}, {stride}, {offset})", {name, root})
-        return True
-
-    def plannable(self, name: str) -> view_layouts.Layout | None:
-        """The layout of extern view `name` from its base, where the base is laid out as its meta says."""
-        if self.plan.kinds.get(name) is not NodeKind.EXTERN:
-            return None
-        if name not in self.layouts:
-            self.layouts[name] = view_layouts.layout_of(self.graph[name], self.graph)
-        layout = self.layouts[name]
-        if layout is None or not (layout.base in self.roots or self.as_meta(layout.base)):
-            return None
-        return layout
-
-    def kept(self, name: str) -> bool:
-        """Whether view `name` is made in `call`: an output, or read by more than views made from its root."""
-        return name in self.kept_names or not all(
-            self.plannable(u) is not None or (view_layouts.splits(self.graph[u]) and self.unmade(u))
-            for u in self.graph.users(name)
-        )
-
-    def unmade(self, name: str) -> bool:
-        """Whether multi-view op `name` (a `split`) is not called: its getitems are made from its root."""
-        return name not in self.kept_names and all(self.plannable(u) is not None for u in self.graph.users(name))
 
     def as_meta(self, name: str) -> bool:
         """Is value `name` laid out as its meta says when `call` runs: an input (guarded), an

@@ -18,11 +18,13 @@ layout, gives exactly the node's meta (shape, strides) in the base's dtype.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from minicomp.ir import Graph, Node, Ref, TensorMeta
+from minicomp.lowering.ops import NodeKind
 
 # ATen view ops (by packet name) whose result's offset is relative to their input's start
 SINGLE = {
@@ -95,3 +97,61 @@ def _packet(node: Node) -> str:
 
 def _first_ref(node: Node) -> str | None:
     return node.args[0].name if node.args and isinstance(node.args[0], Ref) else None
+
+
+@dataclass(frozen=True)
+class Made:
+    """An extern view made without ATen: its `call` line (None where it is not made at all: only
+    views made from its root read it) and the buffer at the root of its chain of views."""
+
+    line: str | None
+    root: str | None
+
+
+class Views:
+    """Which extern views of a plan its generated `call` makes from their root buffer, as `call` is
+    written step by step. `as_meta(name)`: is value `name` laid out as its meta says when `call`
+    runs (module.py)."""
+
+    def __init__(self, plan, as_meta: Callable[[str], bool]):
+        self.graph, self.kinds, self.as_meta = plan.graph, plan.kinds, as_meta
+        self.roots: dict[str, tuple[str, int]] = {}  # a view made from a buffer -> (that buffer, offset)
+        self.layouts: dict[str, Layout | None] = {}  # an extern view -> its layout from its base
+        graph = plan.graph
+        self.kept = {o for o in graph.outputs if isinstance(o, str)} | {n for m in graph.mutations for n in m}
+
+    def made(self, name: str) -> Made | None:
+        """How extern node `name` is made without ATen, or None where it is not a view made so."""
+        if splits(self.graph[name]):
+            return Made(None, None) if self._unmade(name) else None
+        layout = self._plannable(name)
+        if layout is None:
+            return None
+        root, start = self.roots.get(layout.base, (layout.base, 0))
+        offset = start + layout.offset
+        self.roots[name] = (root, offset)
+        if not self._read(name):
+            return Made(None, root)
+        return Made(f"{name} = reinterpret({root}, {tuple(layout.shape)}, {tuple(layout.stride)}, {offset})", root)
+
+    def _plannable(self, name: str) -> Layout | None:
+        """The layout of extern view `name` from its base, where the base is laid out as its meta says."""
+        if self.kinds.get(name) is not NodeKind.EXTERN:
+            return None
+        if name not in self.layouts:
+            self.layouts[name] = layout_of(self.graph[name], self.graph)
+        layout = self.layouts[name]
+        if layout is None or not (layout.base in self.roots or self.as_meta(layout.base)):
+            return None
+        return layout
+
+    def _read(self, name: str) -> bool:
+        """Whether view `name` must be made: an output, or read by more than views made from its root."""
+        return name in self.kept or not all(
+            self._plannable(u) is not None or (splits(self.graph[u]) and self._unmade(u))
+            for u in self.graph.users(name)
+        )
+
+    def _unmade(self, name: str) -> bool:
+        """Whether multi-view op `name` (a `split`) is not called: its getitems are made from its root."""
+        return name not in self.kept and all(self._plannable(u) is not None for u in self.graph.users(name))

@@ -37,13 +37,9 @@ def partition(joint, inputs, **kwargs):
     """The min-cut partition, saving no views (they are recomputed from what is saved); the
     saved values the backward reads at any strides are marked on the forward (saved_layouts.py).
 
-    With config "recompute_for_memory" (the default) a cheap pointwise value that a non-fusible op
-    of the backward reads whole (a matmul: SwiGLU's `silu(gate) * up` for the down projection's
-    weight gradient, a norm's output for the next projection's, GQA's repeated k and v for the
-    attention's backward) is recomputed there from what is saved anyway, not saved: AOTAutograd
-    bans that by default (`ban_recompute_materialized_backward`: the backward then writes the value
-    in a kernel of its own), which costs a transformer layer about 100 MiB of saved activations at
-    Llama's widths for a few tens of microseconds of backward."""
+    Config "recompute_for_memory" (on): a cheap pointwise value a non-fusible backward op reads whole
+    (SwiGLU's `silu(gate) * up` for a matmul, a norm's output, GQA's repeated k and v) is recomputed
+    in the backward, not saved, which AOTAutograd bans (`ban_recompute_materialized_backward`)."""
     import torch._functorch.config as functorch_config
     from functorch.compile import min_cut_rematerialization_partition
 
