@@ -63,6 +63,15 @@ def test_input_is_never_overwritten(device):
     assert reused(source) == {}
 
 
+@pytest.fixture
+def saved_hidden_state():
+    """The forward saves SwiGLU's hidden state (config "recompute_for_memory" off: on, the backward
+    recomputes it, test_autograd.py)."""
+    with config.override(recompute_for_memory=False):
+        yield
+
+
+@pytest.mark.usefixtures("saved_hidden_state")
 def test_backward_frees_the_saved_activation_before_allocating_gradients(device):
     """The weight gradient of `w_down` (the last use of the saved hidden state) runs before the
     kernel that writes the gate and up gradients, and one of those goes into the matmul result
