@@ -32,13 +32,14 @@ class View:
 
     __slots__ = ("index", "dtype", "shape", "stride", "offset", "meta")
 
-    def __init__(self, index: int, t: torch.Tensor):
+    def __init__(self, index: int, t: torch.Tensor, base: int = 0):
+        """`base`: an offset `offset` is taken from (an input's first element, for its views)."""
         self.index, self.dtype, self.shape, self.stride, self.offset = (
             index,
             t.dtype,
             t.shape,
             t.stride(),
-            t.storage_offset(),
+            t.storage_offset() - base,
         )
         self.meta = {"size": t.shape, "stride": t.stride(), "dtype": t.dtype, "storage_offset": self.offset}
 
@@ -63,33 +64,45 @@ class Memory:
 class OutputPlan:
     """How a record's outputs come back on each call, sorted once at capture."""
 
-    __slots__ = ("memories", "aliased", "of_inputs", "empty", "saved", "copied")
+    __slots__ = ("memories", "aliased", "of_inputs", "empty", "saved", "copied", "unviewable")
 
     def __init__(
-        self, outputs: tuple, in_place: set[int], buffers: dict[int, int], first_saved: int, kept: bool = False
+        self,
+        outputs: tuple,
+        in_place: set[int],
+        viewed: dict[int, tuple[int, int, torch.dtype, bool]],
+        first_saved: int,
+        kept: bool = False,
     ):
-        """`in_place`: storage addresses of the inputs captured in place; `buffers`: storage address
-        of an input's buffer (its first element the caller's tensor's first) -> the input's slot;
-        `first_saved`: index of the first saved value (a training forward's outputs past the user's);
-        `kept`: outputs callers keep across calls as a rule (a backward's gradients, which autograd
-        accumulates into): where a held output cannot move, they are handed out as copies."""
+        """`in_place`: storage addresses of the static inputs (captured in place); `viewed`: storage
+        address of an input the graph reads from a buffer or in place while it stays -> (its slot,
+        the storage offset there of the caller's tensor's first element, its dtype, whether the
+        memory is the caller's: in place); `first_saved`: index of
+        the first saved value (a training forward's outputs past the user's); `kept`: outputs
+        callers keep across calls as a rule (a backward's gradients, which autograd accumulates
+        into): where a held output cannot move, they are handed out as copies."""
         # without moves, a held output is marked stale; a kept one, or one where nothing can mark it, is copied
         self.copied = not _moves and (kept or _poison is None)
         memories: dict[int, Memory] = {}
         self.aliased: list[int] = []  # outputs in an input's own memory: a new alias each call
-        self.of_inputs: list[tuple[int, View]] = []  # (slot, view) of an input read from its buffer
+        self.of_inputs: list[tuple[int, View]] = []  # (slot, view at an offset from the caller's first element)
+        self.unviewable: set[int] = set()  # slots of `viewed` an output views in another dtype or before its start
         self.empty: list[int] = []  # outputs with no elements
         self.saved: list[torch.Tensor] = []
         for i, o in enumerate(outputs):
             if not isinstance(o, torch.Tensor):
                 continue
             ptr = o.untyped_storage().data_ptr() if o.numel() else None
+            slot, base, dtype, caller_memory = viewed.get(ptr, (None, 0, None, False))
             if ptr is not None and ptr in in_place:
                 self.aliased.append(i)
-            elif i >= first_saved:
+            elif i >= first_saved and not caller_memory:  # (a replay overwrites no caller's memory)
                 self.saved.append(o)
-            elif ptr is not None and ptr in buffers:
-                self.of_inputs.append((buffers[ptr], View(i, o)))
+            elif slot is not None and o.dtype == dtype and o.storage_offset() >= base:
+                self.of_inputs.append((slot, View(i, o, base)))
+            elif slot is not None:  # (as_strided on the caller's tensor would keep its dtype)
+                self.unviewable.add(slot)
+                memories.setdefault(ptr, Memory(o.untyped_storage())).views.append(View(i, o))
             elif ptr is None:
                 self.empty.append(i)
             else:
@@ -113,7 +126,7 @@ class OutputPlan:
                 results[view.index] = view.on(storage)
         for i in self.aliased:
             results[i] = outputs[i].detach()
-        for slot, view in self.of_inputs:  # the buffer's offset 0 is the caller's tensor's first element
+        for slot, view in self.of_inputs:  # (offsets from the caller's first element)
             value = inputs[slot]
             results[view.index] = value.as_strided(view.shape, view.stride, value.storage_offset() + view.offset)
         for i in self.empty:

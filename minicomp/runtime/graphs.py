@@ -16,8 +16,13 @@ saved activations and parameters a backward reads; an input the compiled code wr
 captured at their own address and never copied: a call that passes one at another address runs
 without the graph and the signature is recorded again on its next call (config
 "cuda_graph_rerecords" times per callable, then the callable runs without graphs: an input it
-writes into or a parameter that moves on every call). Every other tensor input is copied into a
-buffer the graph owns (outside the pool), only when its address is not the buffer's.
+writes into or a parameter that moves on every call). Every other tensor input is first captured
+at its own address too (*in place while it stays*: a caller that passes the same tensor, or a
+static buffer it refills, pays no copy), without the graph keeping it alive: a replay reads it
+only when the caller's tensor is at that address. The first call that passes one at another
+address runs without the graph, and from then on that input is copied into a buffer the graph
+owns (outside the pool): its next call records the signature again that way. So is an input
+whose memory another input captured in place shares, or that an output views in another dtype.
 
 Outputs (graph_outputs.py). A replay writes the graph's outputs into the same memory each time; each
 call hands them out uncopied, and what a caller still holds of one call's outputs when the graph is
@@ -127,7 +132,7 @@ class Record:
     def __init__(self, graph, buffers, static_ptrs, outputs, plan: OutputPlan):
         self.graph = graph
         self.buffers = buffers  # [(slot, buffer, flat memory or None)] of the copied inputs
-        self.static_ptrs = static_ptrs  # [(slot, data_ptr)] of the inputs captured in place
+        self.static_ptrs = static_ptrs  # [(slot, data_ptr)] of the inputs captured in place (static or not)
         self.slots = [i for i, _ in static_ptrs]  # ... as torch._C._tensors_data_ptrs_at_indices_equal takes them:
         self.ptrs = None  # a pointer per input, None where not static (set by Graphed: it knows the count)
         self.outputs = outputs  # the graph's outputs (its memory)
@@ -195,6 +200,8 @@ class Graphed:
         self.fixed = fixed  # one signature for every call (a jit entry's): no key per call
         self.kept = kept
         self.dynamic: list[int] | None = None  # decided on the first call
+        self.buffered: set[int] = set()  # dynamic inputs copied into buffers (the others: in place while they stay)
+        self.warm_ptrs: dict[int, int] = {}  # each dynamic tensor input's address at the last warm-up
         self.records: dict = {}
         self.warmed: set = set()
         self.refused: str | None = None
@@ -253,21 +260,18 @@ class Graphed:
             self.warmed.clear()  # the keys of the signatures warmed up so far had those inputs
             key = tuple(k for i, k in zip(dynamic, key) if i not in written)
         self.warmed.add(key)
+        self.warm_ptrs = {i: t.data_ptr() for i, t, _ in watched}
         return outputs
 
     def _capture(self, args: list, key):
         inputs, count = list(args), len(args)
         args.clear()
-        static_ptrs = [(i, inputs[i].data_ptr()) for i in sorted(self.static) if isinstance(inputs[i], torch.Tensor)]
-        buffers = []
-        captured = list(inputs)
-        for i in self.dynamic:
-            value = inputs[i]
-            if isinstance(value, torch.Tensor):
-                buffer, memory = _buffer_like(value)
-                _copy_into(buffer, memory, value)
-                buffers.append((i, buffer, memory))
-                captured[i] = buffer
+        static = [i for i in sorted(self.static) if isinstance(inputs[i], torch.Tensor)]
+        adopted = self._in_place_while_it_stays(inputs, static)
+        static_ptrs = [(i, inputs[i].data_ptr()) for i in sorted(static + adopted)]
+        buffers = _buffers(inputs, [i for i in self.dynamic if i not in adopted])
+        # (no local names a buffer or an output: a capture's reference counts are `Record.pending`'s base)
+        captured = [next((b for j, b, _ in buffers if j == i), value) for i, value in enumerate(inputs)]
         saved = self._saved() if callable(self._saved) else self._saved
         try:
             graph, outputs = self.graphs.device.capture(self.run, list(captured), self._device)
@@ -276,11 +280,24 @@ class Graphed:
             self.refuse(f"capturing it failed ({_first_line(err)})")
             return self.run(inputs)
         outputs = tuple(outputs)
-        in_place = {_storage_ptr(inputs[i]) for i, _ in static_ptrs if inputs[i].numel()}
-        buffered = {_storage_ptr(b): i for i, b, _ in buffers if b.numel()}
+        in_place = {_storage_ptr(inputs[i]) for i in static if inputs[i].numel()}
+        # an input read from a buffer or in place while it stays: storage address -> (slot, the
+        # storage offset of the caller's first element, dtype); an output viewing it is rebuilt on
+        # the caller's tensor
+        viewed = {_storage_ptr(b): (i, 0, b.dtype, False) for i, b, _ in buffers if b.numel()}
+        viewed |= {
+            _storage_ptr(inputs[i]): (i, inputs[i].storage_offset(), inputs[i].dtype, True)
+            for i in adopted
+            if inputs[i].numel()
+        }
         del captured
         first_saved = len(outputs) - saved if 0 < saved <= len(outputs) else len(outputs)
-        plan = OutputPlan(outputs, in_place, buffered, first_saved, self.kept)
+        plan = OutputPlan(outputs, in_place, viewed, first_saved, self.kept)
+        unviewable = {i for i in adopted if i in plan.unviewable}
+        if unviewable:  # (nothing ran: a capture only records) copied from now on, recorded that way
+            self.buffered |= unviewable
+            del graph, outputs, plan
+            return self._capture(inputs, key)
         record = Record(graph, buffers, static_ptrs, outputs, plan)
         record.ptrs = [dict(static_ptrs).get(i) for i in range(count)]
         record.base = _references(record.saved)
@@ -290,10 +307,31 @@ class Graphed:
         logs.cudagraphs.info("%s: graph recorded (%d kept)", self.name, self.graphs.recorded())
         return record.replay(inputs)
 
+    def _in_place_while_it_stays(self, inputs: list, static: list[int]) -> list[int]:
+        """The dynamic tensor inputs captured at their own address: those the warm-up call had at
+        this address too (a caller that passes a new tensor each call is copied from the first),
+        not copied into buffers already, whose memory no other input captured in place shares (an
+        output viewing it names its input by that memory)."""
+        candidates = [
+            i
+            for i in self.dynamic
+            if isinstance(inputs[i], torch.Tensor)
+            and i not in self.buffered
+            and self.warm_ptrs.get(i) == inputs[i].data_ptr()
+        ]
+        storages: dict[int, int] = {}
+        for i in static + candidates:
+            if inputs[i].numel():
+                ptr = _storage_ptr(inputs[i])
+                storages[ptr] = storages.get(ptr, 0) + 1
+        shared = {i for i in candidates if inputs[i].numel() and storages[_storage_ptr(inputs[i])] > 1}
+        self.buffered |= shared
+        return [i for i in candidates if i not in shared]
+
     # -- a replay ---------------------------------------------------------------------------------
     def _replay(self, record: Record, args: list, key):
         if not _static_in_place(args, record):
-            return self._moved(args, key)
+            return self._moved(args, key, record)
         if record.saved and self.graphs.saved_pending():
             # this record's saved values, or another signature's (one pool: a graph recorded after
             # that one's backward ran may use its memory as scratch), are still to be read
@@ -324,10 +362,19 @@ class Graphed:
         record.used = next(self.graphs.clock)
         return record.replay(inputs)
 
-    def _moved(self, args: list, key):
-        """A static input at another address than captured: this call runs without the graph. A
-        second such call in a row records the signature again (a bounded number of times): a
-        parameter replaced, not a forward run once without its graph (`Record.pending`)."""
+    def _moved(self, args: list, key, record: Record):
+        """An input captured in place at another address than captured: this call runs without the
+        graph. A dynamic one is copied into a buffer from then on, and the signature recorded that
+        way on its next call. A static one: a second such call in a row records the signature again
+        (a bounded number of times): a parameter replaced, not a forward run once without its graph
+        (`Record.pending`)."""
+        moved = {i for i, ptr in record.static_ptrs if args[i].data_ptr() != ptr}
+        if moved and not moved & self.static:
+            self.buffered |= moved
+            self.graphs._drop(self, key)
+            self.warmed.add(key)  # warmed up already: the next call captures
+            logs.cudagraphs.info("%s: an input came at another address: copied into a buffer from now on", self.name)
+            return self.run(args)
         self.misses += 1
         if self.misses >= 2:
             self.misses = 0
@@ -355,6 +402,18 @@ def _static_in_place(args: list, record: Record) -> bool:
 
 def _storage_ptr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _buffers(inputs: list, slots: list[int]) -> list[tuple[int, torch.Tensor, torch.Tensor | None]]:
+    """[(slot, buffer, flat memory or None)]: a buffer of the graph's own, with its value, for each
+    tensor among `inputs` at `slots`."""
+    buffers = []
+    for i in slots:
+        if isinstance(inputs[i], torch.Tensor):
+            buffer, memory = _buffer_like(inputs[i])
+            _copy_into(buffer, memory, inputs[i])
+            buffers.append((i, buffer, memory))
+    return buffers
 
 
 def _buffer_like(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

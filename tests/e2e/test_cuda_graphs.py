@@ -74,8 +74,9 @@ def test_outputs_handed_out_uncopied_and_kept_ones_moved():
         return y, y.t()
 
     jitted = minicomp.jit(f, cuda_graphs=True, fallback="raise")
-    for _ in range(3):
-        jitted(torch.randn(16, 8, device="cuda"))
+    warm = [torch.randn(16, 8, device="cuda") for _ in range(3)]  # at three addresses: copied into a buffer
+    for x in warm:
+        jitted(x)
     ((_, record),) = _graphs_of(jitted).kept.values()
     memory = {o.untyped_storage().data_ptr() for o in record.outputs}
     x1 = torch.randn(16, 8, device="cuda")
@@ -92,6 +93,28 @@ def test_outputs_handed_out_uncopied_and_kept_ones_moved():
     assert a.untyped_storage().data_ptr() not in memory
     torch.testing.assert_close(a, x1.exp())
     torch.testing.assert_close(a_t, x1.exp().t())
+
+
+def test_an_input_passed_again_is_read_in_place_then_copied_once_it_moves():
+    def f(x):
+        return (x * 2).sin(), x[1:]
+
+    jitted = minicomp.jit(f, cuda_graphs=True, fallback="raise")
+    x = torch.randn(16, 8, device="cuda")
+    for _ in range(4):
+        x.copy_(torch.randn_like(x))  # a buffer the caller refills: the graph reads it in place
+        out, tail = jitted(x)
+        torch.testing.assert_close(out, (x * 2).sin())
+        assert tail.data_ptr() == x[1:].data_ptr()
+    ((graphed, record),) = _graphs_of(jitted).kept.values()
+    assert record.buffers == [] and graphed.buffered == set()
+    ys = [torch.randn(16, 8, device="cuda") for _ in range(3)]
+    for y in ys:  # elsewhere: this call runs without the graph, then it is recorded with a buffer
+        out, tail = jitted(y)
+        torch.testing.assert_close(out, (y * 2).sin())
+        assert tail.data_ptr() == y[1:].data_ptr()
+    ((graphed, record),) = _graphs_of(jitted).kept.values()
+    assert [i for i, _, _ in record.buffers] == [0] and graphed.buffered == {0}
 
 
 def test_jit_outputs_aliasing_inputs():

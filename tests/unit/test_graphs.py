@@ -118,13 +118,13 @@ def test_static_inputs_read_in_place(device):
     graphs = Graphs(limit=4, rerecords=2, device=device)
     w = torch.randn(8)
     f = graphs.wrap(_boxed(lambda w, x: (w * x,)), "f", static=[0])
-    x = torch.randn(8)
     for _ in range(3):
-        f([w, x])
+        f([w, torch.randn(8)])
     record = next(iter(f.records.values()))
     assert [i for i, _, _ in record.buffers] == [1]  # w has no buffer ...
     with torch.no_grad():
         w.mul_(3)  # ... an optimizer step in place is read by the next replay
+    x = torch.randn(8)
     torch.testing.assert_close(f([w, x])[0], w * x)
 
 
@@ -380,6 +380,79 @@ def test_an_output_that_views_a_copied_input_views_the_callers_tensor(device):
         view[0, 0] = 7.0
         assert x[0, 0] == 7.0
         torch.testing.assert_close(doubled, before * 2)
+
+
+def test_an_input_passed_again_is_read_in_place_until_it_moves(device, caplog):
+    """A caller that passes the same tensor (or refills it) pays no copy; the first call with the
+    input at another address runs without the graph, and from then on it is copied into a buffer."""
+    graphs = Graphs(limit=4, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda x: (x * 2 + 1,)), "f")
+    x = torch.randn(6)
+    for _ in range(4):
+        x.copy_(torch.randn(6))  # a static input buffer the caller refills
+        torch.testing.assert_close(f([x])[0], x * 2 + 1)
+    record = next(iter(f.records.values()))
+    assert record.buffers == [] and record.static_ptrs == [(0, x.data_ptr())] and device.captures == 1
+    with caplog.at_level(logging.INFO, logger="minicomp.cudagraphs"):
+        for _ in range(3):
+            y = torch.randn(6)  # at another address (x is alive)
+            torch.testing.assert_close(f([y])[0], y * 2 + 1)
+    assert "copied into a buffer from now on" in caplog.text
+    assert f.buffered == {0} and device.captures == 2
+    assert [i for i, _, _ in next(iter(f.records.values())).buffers] == [0]
+    torch.testing.assert_close(f([x])[0], x * 2 + 1)  # the first tensor again: copied too
+
+
+def test_an_output_viewing_an_input_read_in_place_views_the_callers_tensor(device):
+    """The input is a slice of a larger tensor (storage offset 4): outputs viewing it are rebuilt on
+    the caller's tensor from its own first element; one in another dtype (a bit view) cannot be,
+    so that input is copied into a buffer and the output comes back in its dtype."""
+    graphs = Graphs(limit=4, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda x: (x[1:].t(), x.sum(0))), "f")
+    base = torch.randn(5, 2)
+    x = base[2:]
+    for _ in range(3):
+        view, total = f([x])
+        assert view.data_ptr() == x[1:].data_ptr() and view.stride() == (1, 2)
+        torch.testing.assert_close(total, x.sum(0))
+    assert next(iter(f.records.values())).buffers == []
+    view[0, 0] = 9.0
+    assert x[1, 0] == 9.0
+
+    g = graphs.wrap(_boxed(lambda x: (x.view(torch.int32), x + 1)), "g")
+    y = torch.randn(4)
+    for _ in range(3):
+        bits, plus = g([y])
+        assert bits.dtype == torch.int32 and torch.equal(bits, y.view(torch.int32))
+        torch.testing.assert_close(plus, y + 1)
+    assert g.buffered == {0} and device.captures == 3  # (f once, g twice)
+
+
+def test_inputs_sharing_memory_are_copied(device):
+    """Two slices of one tensor: an output viewing that memory could belong to either, so both are
+    copied into buffers."""
+    graphs = Graphs(limit=4, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda a, b: (a * b,)), "f")
+    qk = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(f([qk[0], qk[1]])[0], qk[0] * qk[1])
+    assert f.buffered == {0, 1}
+
+
+def test_a_forward_called_twice_right_after_its_capture_keeps_each_saved_value(device):
+    """A forward saving its own input (in the graph's buffer): the call that captures hands it
+    out, and a second forward before its backward must see it held, so no local of the capture may
+    count as a holder (a buffer named by one did, and the second call copied over the first's)."""
+    graphs = Graphs(limit=4, rerecords=4, device=device)
+    forward = graphs.wrap(_boxed(lambda w, x: ((w * x).sum(), x)), "fw", static=[0], saved=1)
+    w = torch.randn(5)
+    forward([w, torch.randn(5)])  # warm-up
+    x1, x2 = torch.randn(5), torch.randn(5)
+    _, saved1 = forward([w, x1])  # captured
+    _, saved2 = forward([w, x2])
+    assert device.captures == 1
+    torch.testing.assert_close(saved1, x1)
+    torch.testing.assert_close(saved2, x2)
 
 
 def test_options_of_torch_compile():
