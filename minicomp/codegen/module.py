@@ -25,7 +25,7 @@ from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.pointwise import PointwiseSource
-from minicomp.codegen.reuse import extern_written_in_place, reused_in_place, written_in_place
+from minicomp.codegen.reuse import extern_written_in_place, reused_in_place, scatter_written_in_place, written_in_place
 from minicomp.codegen.templates import ENV
 from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, safe_name
 from minicomp.ir import TensorMeta
@@ -189,6 +189,9 @@ class _Body:
         dying = self.dying.get(at, [])
         reused = reused_in_place(self.plan, self.storages, source, dying) if source else {}
         written = written_in_place(self.plan, self.storages, source, at) if source else {}
+        if isinstance(step, ScatterKernel) and source:  # (it loads only what its values and indexes read)
+            dst = scatter_written_in_place(self.plan, self.storages, at, set(source.args) - {step.stores[0]})
+            written = {step.stores[0]: dst} if dst else {}
         self.written.update(written)
         self.allocate(step, reused | written)
         if source is None:
@@ -211,6 +214,10 @@ class _Body:
         graph = self.graph
         if isinstance(step, ScatterKernel):  # filled, or a copy of its `self`: codegen/scatter.py
             self.flush()  # (after a waiting kernel, which may write that `self`)
+            name = step.stores[0]
+            if name in self.written:  # the mutated input it starts as, written in place
+                self.line(f"{name} = {self.written[name]}  # the input's new value, written in place", {name})
+                return
             self.line(*scatter.allocation(self.plan, step, self.empty))
             return
         for name in step.stores:

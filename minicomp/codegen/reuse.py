@@ -1,6 +1,7 @@
 """In-place buffer reuse: a kernel writes a store into the memory of a buffer it reads for the
 last time, as Inductor's in-place buffer reuse does; and a mutated input's new value into the
-input itself (`written_in_place`)."""
+input itself (`written_in_place`; an ATen op's or a scatter's that starts as the input:
+`extern_written_in_place`, `scatter_written_in_place`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from minicomp.codegen.reduction import ReductionSource
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import extent, is_dense
 from minicomp.lowering.ops import NodeKind
+from minicomp.lowering.ops.scatters import scatter_of
 from minicomp.plan.fusion import Plan
 from minicomp.plan.storages import Storages
 from minicomp.plan.storages import uses as step_uses
@@ -125,41 +127,58 @@ def written_in_place(plan: Plan, storages: Storages, source: KernelSource, at: i
 def extern_written_in_place(plan: Plan, storages: Storages, at: int):
     """(the in-place op, the mutated input) for extern step `at` whose result is that input's new
     value, where ATen's in-place form can write it there instead of into a copy of the input
-    copied back at the end (a static KV cache's `index_copy_`, functionalized to `index_put` and a
-    `copy_`: two copies of the whole cache a layer and a token): an op `aten.X.ov` with an
-    `aten.X_.ov`, whose first argument is the input itself, laid out as the result (dense); the
-    result no graph output; nothing that reaches the input's memory read by the op's other
-    arguments, by a later step, returned, or written by another mutation. Else None."""
+    copied back at the end (a `index_copy_` into a cache ATen computes: functionalized to
+    `index_put` and a `copy_`, two copies of the whole cache a call): an op `aten.X.ov` with an
+    `aten.X_.ov`, whose first argument is the input itself (`_over_its_input`). Else None."""
     step = plan.steps[at]
-    graph = plan.graph
-    node = graph[step.node]
+    node = plan.graph[step.node]
     target, args = node.target, node.args
-    if not graph.mutations or not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
-        return None
-    dst = next((d for d, s in graph.mutations if s == node.name), None)
-    if dst is None or not args or getattr(args[0], "name", None) != dst:
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten" or not args:
         return None
     in_place = getattr(getattr(torch.ops.aten, f"{target._opname}_", None), target._overloadname, None)
-    if in_place is None or not storages.owns_memory(node.name):
+    dst = _over_its_input(plan, storages, at, node.name, getattr(args[0], "name", None), set(node.inputs()[1:]))
+    if in_place is None or dst is None:
         return None
-    meta, other = node.meta, graph[dst].meta
+    return in_place, dst
+
+
+def scatter_written_in_place(plan: Plan, storages: Storages, at: int, reads: set[str]) -> str | None:
+    """The mutated input scatter step `at` writes its result into, where that result is the
+    input's new value and starts as the input (`self`): a static KV cache's update, a token's keys
+    stored at its position, where the output would else start as a copy of the whole cache, copied
+    back at the end (`_over_its_input`; `reads`: the buffers its kernel loads). Else None."""
+    name = plan.steps[at].stores[0]
+    base = scatter_of(plan.graph[name], plan.graph).base
+    return _over_its_input(plan, storages, at, name, base, reads)
+
+
+def _over_its_input(plan: Plan, storages: Storages, at: int, name: str, base: str | None, reads: set[str]):
+    """The mutated input step `at` may write value `name` (its new value, computed from `base`, its
+    old one) into: `base` is the input itself, laid out as `name` (dense); `name` is no graph
+    output; nothing that reaches the input's memory is read by the step otherwise (`reads`), by a
+    later step, returned, or written by another mutation. Else None."""
+    graph = plan.graph
+    dst = next((d for d, s in graph.mutations if s == name), None)
+    if dst is None or base != dst or not storages.owns_memory(name):
+        return None
+    meta, other = graph[name].meta, graph[dst].meta
     if not (
         isinstance(meta, TensorMeta)
         and isinstance(other, TensorMeta)
         and (other.shape, other.dtype, other.device) == (meta.shape, meta.dtype, meta.device)
-        and tuple(other.stride) == tuple(plan.strides.get(node.name, meta.stride))
+        and tuple(other.stride) == tuple(plan.strides.get(name, meta.stride))
         and is_dense(other.shape, other.stride)
     ):
         return None
     reach = _views_of(plan, storages, dst)
     outputs = {o for o in graph.outputs if isinstance(o, str)}
-    if node.name in outputs or reach & outputs or reach & set(node.inputs()[1:]):
+    if name in outputs or reach & outputs or reach & reads:
         return None
     if any(reach & set(step_uses(plan, later)) for later in plan.steps[at + 1 :]):
         return None
     if any(storages.owner.get(s) in reach or s in reach for d, s in graph.mutations if d != dst):
         return None
-    return in_place, dst
+    return dst
 
 
 def _views_of(plan: Plan, storages: Storages, name: str) -> set[str]:

@@ -1,13 +1,17 @@
-"""Kernels of kind "scatter": atomic adds at indexes a tensor holds (plan/steps.py `ScatterKernel`).
+"""Kernels of kind "scatter": atomic adds, or stores, at indexes a tensor holds (plan/steps.py
+`ScatterKernel`).
 
 The kernel walks its values' space as a flat `offsets` range, `BLOCK_SIZE` elements a program,
 like a pointwise kernel. At each point it computes the value (its producers inlined through the
-lowering rules: an embedding gradient's `where(mask, 0, grad)` is one line, never written), loads
-the index tensors there, wraps negative indexes as eager does (index_put), checks them in bounds
-(`Op.check`, raised as eager's IndexError), and adds the value into the output element they name
-with `tl.atomic_add(..., sem="relaxed")`: duplicate indexes add up in any order. The output
-buffer is allocated filled (a zero table) or as a copy of the scatter's `self` before the launch
-(`allocation`). The launch is never tuned by timing (ScatterLaunch): each timed run would add
+lowering rules: an embedding gradient's `where(mask, 0, grad)` is one line, never written; a
+key's rotary embedding before the cache it goes into), loads the index tensors there, wraps
+negative indexes as eager does (index_put), checks them in bounds (`Op.check`, raised as eager's
+IndexError), and adds the value into the output element they name with
+`tl.atomic_add(..., sem="relaxed")` (duplicate indexes add up in any order), or stores it there
+(`index_put` without accumulate). The output buffer is allocated filled (a zero table) or as a
+copy of the scatter's `self` before the launch (`allocation`), or is that `self` itself where it
+is a mutated input whose new value the scatter is (codegen/reuse.py `scatter_written_in_place`:
+a static KV cache). The launch is never tuned by timing (ScatterLaunch): each timed run would add
 into the output again. Template: scatter.py.j2.
 """
 
@@ -75,7 +79,7 @@ class ScatterWriter(KernelWriter):
         root = tuple(self.space.var(k) for k in range(len(self.kernel.shape)))
         op = ops.Op(node, graph, self, root, ())
         at = self.scatter.value_index(graph, root)
-        skipped = self._zero_where(self.scatter.values, at)
+        skipped = self._zero_where(self.scatter.values, at) if self.scatter.accumulate else None
         lanes = "mask" if skipped is None else f"mask & {skipped[0]}"
         value = self.value(self.scatter.values, at) if skipped is None else skipped[1]
         offset = Expr()
@@ -89,7 +93,10 @@ class ScatterWriter(KernelWriter):
         added = ops.cast(value, meta.dtype)
         # (an output of one element: every lane adds into it)
         address = f"tl.full([BLOCK_SIZE], {size(offset.const)}, tl.int32)" if offset.is_const else self.address(offset)
-        store = f'tl.atomic_add(out_ptr + {paren(address)}, {added}, mask={lanes}, sem="relaxed")'
+        if self.scatter.accumulate:
+            store = f'tl.atomic_add(out_ptr + {paren(address)}, {added}, mask={lanes}, sem="relaxed")'
+        else:
+            store = f"tl.store(out_ptr + {paren(address)}, {added}, mask={lanes})"
         defs = [f"x{v.dim} = {self.space.definition(v)}" for v in sorted(self.vars, key=lambda v: v.dim)]
         return ScatterSource(
             kernel=self.kernel,
@@ -149,11 +156,12 @@ class ScatterWriter(KernelWriter):
     def _header(self) -> list[str]:
         k = self.kernel
         space = " x ".join(map(str, k.shape)) or "scalar"
-        start = f"a copy of {k.base}" if k.base else f"filled with {k.fill!r}"
+        start = f"as {k.base}" if k.base else f"filled with {k.fill!r}"
         return [
             f"kernel {k.index}: {', '.join(k.nodes)}",
             f"  aten ops: {', '.join(dict.fromkeys(k.op_names))}",
-            f"  scatter-add over [{space}] into {k.stores[0]} (starts {start}): atomic adds",
+            f"  scatter over [{space}] into {k.stores[0]} (starts {start}): "
+            + ("atomic adds" if self.scatter.accumulate else "stores"),
             f"  reads {', '.join(k.loads) or '-'}; writes {', '.join(k.stores)}",
         ]
 

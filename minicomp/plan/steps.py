@@ -108,8 +108,8 @@ class ScatterKernel(Kernel):
         return f"mc_scatter_{'_'.join(words[:6])}_{self.index}"
 
     def headline(self) -> str:
-        start = f"a copy of {self.base}" if self.base else f"filled with {self.fill!r}"
-        return f"kernel {self.name}  stage {self.stage}  scatter-add over {list(self.shape)} into {start}"
+        start = f"starting as {self.base}" if self.base else f"filled with {self.fill!r}"
+        return f"kernel {self.name}  stage {self.stage}  scatter over {list(self.shape)} into a buffer {start}"
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""An extern op's result that is a mutated input's new value, written by ATen's in-place form into
-the input (codegen/reuse.py `extern_written_in_place`): a static KV cache's `index_copy_` is one
-`index_put_` on the cache, not `index_put` (a copy of the whole cache) and a `copy_` back. Each
+"""A mutated input's new value written into the input itself: a static KV cache's `index_copy_`
+(functionalized to `index_put` and a `copy_` back) is a scatter kernel storing into the cache
+(codegen/reuse.py `scatter_written_in_place`), and an extern op's result is written by ATen's
+in-place form (`extern_written_in_place`), not into a copy of the whole cache copied back. Each
 case against eager, through minicomp.jit and torch.compile; where the old value is still read
 after, or read by the op's other arguments, the copy stays."""
 
@@ -80,16 +81,33 @@ def test_against_eager(fn, how):
 
 
 def test_the_cache_is_written_in_place():
+    """A scatter kernel stores the token's values into the cache itself (codegen/reuse.py
+    `scatter_written_in_place`): no copy of the cache before it, none back after."""
     compiled, _ = _run(cache_update, _inputs(), "jit")
     source = compiled.source(*_inputs())
-    assert "torch.ops.aten.index_put_.default._op(cache," in source
+    assert "index_put = cache  # the input's new value, written in place" in source
+    assert "tl.store(out_ptr" in source and "aten.index_put" not in source.split("def call(")[1]
     assert ".copy_(" not in source  # no copy back
 
 
 def test_the_copy_stays_where_the_op_reads_the_input_again():
     compiled, _ = _run(values_from_the_cache, _inputs(), "jit")
     source = compiled.source(*_inputs())
-    assert "aten.index_put_" not in source and "cache.copy_(" in source
+    assert "aten.index_put_" not in source and ".copy_(cache)" in source and "cache.copy_(" in source
+
+
+def test_an_op_without_a_kernel_writes_in_place_through_aten():
+    """An extern op whose result is the input's new value (deterministic algorithms keep the
+    cache's update an ATen call): ATen's in-place form writes it."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        compiled, _ = _run(cache_update, _inputs(), "jit")
+        source = compiled.source(*_inputs())
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert "torch.ops.aten.index_put_.default._op(cache," in source
+    assert ".copy_(" not in source
 
 
 def test_another_in_place_form():

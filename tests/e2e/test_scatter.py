@@ -254,9 +254,81 @@ def test_index_out_of_bounds_raises(bad):
 def test_plan_text_says_how_the_output_starts():
     fn = minicomp.jit(lambda x, i, v: x.index_put((i,), v, accumulate=True))
     plan = str(fn.compiled(torch.randn(10, 4), torch.tensor([1, 1]), torch.randn(2, 4)).plan)
-    assert "scatter-add over [2, 4] into a copy of x" in plan
+    assert "scatter over [2, 4] into a buffer starting as x" in plan
     w = torch.randn(6, 3, requires_grad=True)
     g = minicomp.jit(lambda w, i: F.embedding(i, w).sum())
     g(w, torch.tensor([1, 1, 5])).backward()
-    assert "scatter-add over [3, 3] into filled with 0" in str(g.entry(w, torch.tensor([1, 1, 5])).backward.plan)
+    assert "scatter over [3, 3] into a buffer filled with 0" in str(g.entry(w, torch.tensor([1, 1, 5])).backward.plan)
     assert kernel_count(g.entry(w, torch.tensor([1, 1, 5])).backward.source) == 1
+
+
+def _unique(n: int, size: int, device) -> torch.Tensor:
+    """n distinct indexes in [0, size), some negative (counted from the end, as eager does)."""
+    i = torch.randperm(size, device=device)[:n]
+    i[0] = i[0] - size
+    return i
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_a_store_without_accumulate_is_a_scatter_kernel(device, dtype):
+    """`x[i] = f(v)`: stores, not atomics, so any dtype (bfloat16, int64, bool: none of them has
+    atomic adds here) is one kernel, its values computed inline."""
+    x = torch.randn(10, 4, device=device).to(dtype)
+    v = torch.randn(5, 4, device=device).to(dtype)
+    i = _unique(5, 10, device)
+    fn = lambda x, i, v: torch.index_put(x, (i,), (v * 2) if dtype != torch.bool else ~v)  # noqa: E731
+    source = check(fn, x, i, v, kernels=1)
+    assert EXTERN not in source and "tl.store(out_ptr" in source and "atomic_add" not in source
+
+
+def test_a_store_through_none_dims_and_broadcast_values(device):
+    """`x[:, i] = v` (a None takes its dim whole) with values broadcast over the rows, and a
+    2-index `x[a, b] = v`."""
+    x = torch.randn(3, 8, 5, device=device)
+    i = _unique(4, 8, device)
+
+    def columns(x, i, v):
+        x[:, i] = v.exp()
+        return x * 1.0
+
+    source = check(columns, x, i, torch.randn(4, 5, device=device))
+    assert EXTERN not in source and "tl.store(out_ptr" in source
+    a, b = torch.tensor([0, 2, 1], device=device), torch.tensor([7, -1, 3], device=device)
+    check(lambda x, a, b, v: x.index_put((a, b), v + 1), x, a, b, torch.randn(3, 5, device=device), kernels=1)
+
+
+def test_duplicate_stores_keep_one_of_their_values(device):
+    """Which duplicate wins is unspecified (as in eager): each written row holds one of its values."""
+    x, v = torch.zeros(6, 3, device=device), torch.arange(12.0, device=device).view(4, 3) + 1
+    i = torch.tensor([2, 5, 2, 2], device=device)
+    out = minicomp.jit(lambda x, i, v: x.index_put((i,), v), fallback="raise")(x, i, v)
+    assert torch.equal(out[5], v[1]) and any(torch.equal(out[2], v[k]) for k in (0, 2, 3))
+    assert out[[0, 1, 3, 4]].eq(0).all()
+
+
+def test_a_store_out_of_bounds_raises():
+    compiled = minicomp.jit(lambda x, i, v: x.index_put((i,), v * 2))
+    x, v = torch.randn(10, 4), torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x, torch.tensor([9, -10]), v), x.index_put((torch.tensor([9, -10]),), v * 2))
+    with pytest.raises(IndexError):
+        compiled(x, torch.tensor([0, 10]), v)
+
+
+def test_deterministic_algorithms_keep_aten_for_stores(device):
+    x, v = torch.randn(10, 4, device=device), torch.randn(3, 4, device=device)
+    i = _unique(3, 10, device)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        source = check(lambda x, i, v: x.index_put((i,), v), x, i, v)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert EXTERN in source
+
+
+def test_a_store_trains(device):
+    """Gradients of `x.index_put((i,), f(v))` against eager: x's is the incoming gradient with the
+    written rows zeroed, v's the incoming gradient gathered at them."""
+    x, v = torch.randn(8, 4, device=device), torch.randn(3, 4, device=device)
+    i = _unique(3, 8, device)
+    grads_match(lambda x, i, v: x.index_put((i,), v.tanh()).sin(), x, i, v)

@@ -1,18 +1,21 @@
-"""Scatter-accumulate ops (`index_put` with accumulate=True, `scatter_add`): a kernel of their own
-kind (plan/steps.py `ScatterKernel`, codegen/scatter.py).
+"""Scatter ops (`index_put`, `scatter_add`): a kernel of their own kind (plan/steps.py
+`ScatterKernel`, codegen/scatter.py).
 
-Such an op adds each element of its values into the output at a place that index tensors name:
-an embedding's gradient adds row i of the incoming gradient into row idx[i] of a zero table. The
-kernel walks the values' space, computes each value there (its pointwise producers inlined, as a
-pointwise kernel computes what it stores), loads the index tensors and adds the value into the
-output with an atomic add: duplicates in the index add up, as in eager. `Scatter` says, for one
-node, what that space is, where the values and the index tensors are read at a point of it, and
-which output element the point adds into. `unsupported` says why a node stays an ATen call:
-atomics of the output's dtype that the device lacks (Inductor's
-`needs_fallback_due_to_atomic_add_limitations`: bfloat16 only on sm90+ GPUs, never int64 or bool;
-Triton's interpreter has no bfloat16 atomics), deterministic algorithms asked for (atomic adds
-sum in any order), boolean masks among the indices, an empty space. A `None` among index_put's
-indices (`x[:, i, j]`) takes its dim whole, where eager's indexing puts it.
+Such an op puts each element of its values into the output at a place that index tensors name:
+an embedding's gradient adds row i of the incoming gradient into row idx[i] of a zero table; a
+static KV cache's update stores a token's keys at its position. The kernel walks the values'
+space, computes each value there (its pointwise producers inlined, as a pointwise kernel
+computes what it stores), loads the index tensors and adds the value into the output with an
+atomic add (`index_put` with accumulate=True, `scatter_add`: duplicates in the index add up, as
+in eager) or stores it (`index_put` without accumulate: which of duplicates wins is unspecified,
+as in eager). `Scatter` says, for one node, what that space is, where the values and the index
+tensors are read at a point of it, and which output element the point goes into. `unsupported`
+says why a node stays an ATen call: atomics of the output's dtype that the device lacks
+(Inductor's `needs_fallback_due_to_atomic_add_limitations`: bfloat16 only on sm90+ GPUs, never
+int64 or bool; Triton's interpreter has no bfloat16 atomics), deterministic algorithms asked for
+(atomic adds sum in any order; eager's deterministic store keeps the last duplicate), boolean
+masks among the indices, an empty space. A `None` among index_put's indices (`x[:, i, j]`) takes
+its dim whole, where eager's indexing puts it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Scatter:
     indices: tuple[str, ...]  # index tensors: index_put's (not its Nones); scatter_add's one
     dims: tuple[int, ...] = (0,)  # the output dim each index tensor names
     wraps: bool = True  # a negative index counts from the end (index_put), else it is out of bounds
+    accumulate: bool = True  # added into the output (atomically), else stored over it
 
     @property
     def first(self) -> int:
@@ -84,7 +88,8 @@ def scatter_of(node: Node, graph: Graph) -> Scatter:
     lead = tuple(torch.broadcast_shapes(*(graph[n].meta.shape for n in indices)))
     shape = node.meta.shape
     rest = tuple(n for d, n in enumerate(shape) if d not in dims)
-    scatter = Scatter(base, args["values"].name, (), "index_put", indices, dims)
+    accumulate = bool(args.get("accumulate"))
+    scatter = Scatter(base, args["values"].name, (), "index_put", indices, dims, accumulate=accumulate)
     first = scatter.first
     return replace(scatter, space=rest[:first] + lead + rest[first:])
 
@@ -92,15 +97,14 @@ def scatter_of(node: Node, graph: Graph) -> Scatter:
 def unsupported(node: Node, graph: Graph) -> str:
     """Why `node` (an op of SCATTERS) stays an ATen call, or "" when a scatter kernel computes it."""
     name, meta, args = node.op_name, node.meta, bind(node)
+    stores = name == "index_put" and not args.get("accumulate")
     if torch.are_deterministic_algorithms_enabled():
-        return f"aten.{name}: deterministic algorithms are on, and atomic adds sum in any order"
-    if (why := _atomics(meta)) is not None:
+        return f"aten.{name}: deterministic algorithms are on, and a scatter kernel's duplicates land in any order"
+    if not stores and (why := _atomics(meta)) is not None:
         return f"aten.{name} into {meta.dtype} on {meta.device}: {why}"
     if meta.ndim == 0:
         return f"aten.{name} into a 0-d tensor"
     if name == "index_put":
-        if not args.get("accumulate"):
-            return "aten.index_put without accumulate (which duplicate wins is unspecified)"
         indices = args["indices"]
         if len(indices) > meta.ndim or not any(isinstance(i, Ref) for i in indices):
             return "aten.index_put without an index tensor"
