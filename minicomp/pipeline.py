@@ -1,6 +1,6 @@
 """The pipeline, in one function: ATen graph -> IR -> fusion plan -> source -> module.
 
-    gm --ir.from_fx--> Graph --pad_matmuls, split_reductions--> Graph --fusion.plan--> Plan
+    gm --ir.from_fx--> Graph --common_subexpressions, pad_matmuls, split_reductions--> Graph --fusion.plan--> Plan
        --codegen--> source --runtime.load--> call
 
 Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
@@ -22,6 +22,7 @@ from minicomp import codegen, ir, logs, runtime
 from minicomp.codegen.families import Families
 from minicomp.codegen.module import WRITERS, KernelCall
 from minicomp.ir import Graph, TensorMeta
+from minicomp.ir.cse import common_subexpressions
 from minicomp.lowering.layout import is_dense
 from minicomp.lowering.ops import NodeKind
 from minicomp.plan import fusion, schedule
@@ -106,6 +107,7 @@ def compile_graph(
     a caller's gradient then lives in)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
+    graph = common_subexpressions(graph)  # an op computed twice on the same arguments computed once
     graph = pad_matmuls(graph, any_layout)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)

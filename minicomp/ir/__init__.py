@@ -1,6 +1,7 @@
 """The IR: a typed graph of ATen nodes (op, shape, strides, dtype) made from a torch.fx graph.
 
 graph.py    TensorMeta, Node, Graph; from_fx()
+cse.py      common_subexpressions(): an op computed twice on the same arguments computed once
 dtypes.py   dtype tables: Triton names, compute dtypes, 16-bit rounding
 """
 

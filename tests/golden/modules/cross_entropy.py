@@ -20,11 +20,9 @@ ATen graph:
     gather: float32[4, 1] stride (1, 1) cpu = aten.gather.default(sub_1, 1, unsqueeze)  # view
     squeeze: float32[4] stride (1,) cpu = aten.squeeze.dims(gather, [1])  # view
     neg: float32[4] stride (1,) cpu = aten.neg.default(squeeze)  # pointwise
-    ne_1: bool[4] stride (1,) cpu = aten.ne.Scalar(target, -100)  # pointwise
     scalar_tensor_1: float32[] stride () cpu = aten.scalar_tensor.default(0, dtype=torch.float32, layout=torch.strided, device=device(type='cpu'))  # pointwise
-    where_1: float32[4] stride (1,) cpu = aten.where.self(ne_1, neg, scalar_tensor_1)  # pointwise
-    ne_2: bool[4] stride (1,) cpu = aten.ne.Scalar(target, -100)  # pointwise
-    sum_2: int64[] stride () cpu = aten.sum.dim_IntList(ne_2, [])  # reduction
+    where_1: float32[4] stride (1,) cpu = aten.where.self(ne, neg, scalar_tensor_1)  # pointwise
+    sum_2: int64[] stride () cpu = aten.sum.dim_IntList(ne, [])  # reduction
     _to_copy: float32[] stride () cpu = aten._to_copy.default(sum_2, dtype=torch.float32, device=device(type='cpu'))  # pointwise
     sum_3: float32[] stride () cpu = aten.sum.dim_IntList(where_1, [])  # reduction
     div: float32[] stride () cpu = aten.div.Tensor(sum_3, _to_copy)  # pointwise
@@ -32,10 +30,10 @@ ATen graph:
 
 Plan:
     kernel mc_fused_amax_sub_exp_sum_log_ne_0  stage 0  reduction over [4, 9000] dims [1] (looped, 4096 a step)
-        computes ['amax', 'sub', 'exp', 'sum_1', 'log', 'sub_1', 'ne', 'scalar_tensor', 'where', 'unsqueeze', 'gather', 'squeeze', 'neg', 'ne_1', 'scalar_tensor_1', 'where_1']
+        computes ['amax', 'sub', 'exp', 'sum_1', 'log', 'sub_1', 'ne', 'scalar_tensor', 'where', 'unsqueeze', 'gather', 'squeeze', 'neg', 'scalar_tensor_1', 'where_1']
         reads ['logits', 'target']  writes ['where_1']
     kernel mc_fused_ne_sum_to_copy_div_1  stage 1  reduction over [4] dims [0] (persistent, RBLOCK 4)
-        computes ['ne_2', 'sum_2', '_to_copy', 'sum_3', 'div']
+        computes ['ne', 'sum_2', '_to_copy', 'sum_3', 'div']
         reads ['target', 'where_1']  writes ['div']
     not fused:
         where_1 -> sum_3: sum_3 reduces a reduction over [4, 9000] reduced over dims [1] and sum_3 is one over [4] reduced over dims [0]
@@ -112,7 +110,7 @@ def _argmin_nan(a, i, b, j):
     return tl.where(take, a, b), tl.where(take, i, j)
 
 
-# kernel 0: amax, sub, exp, sum_1, log, sub_1, ne, scalar_tensor, where, unsqueeze, gather, squeeze, neg, ne_1, scalar_tensor_1, where_1
+# kernel 0: amax, sub, exp, sum_1, log, sub_1, ne, scalar_tensor, where, unsqueeze, gather, squeeze, neg, scalar_tensor_1, where_1
 #   aten ops: amax, sub, exp, sum, log, ne, scalar_tensor, where, unsqueeze, gather, squeeze, neg
 #   reduction (looped, 4096 a step): 4 rows of 9000 (dims [1] of [4, 9000]); online max-and-sum for sum_1
 #   reads logits, target; writes where_1
@@ -136,9 +134,9 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out_ptr, n_rows, 
     amax = amax_acc  # amax
     sum_1 = tl.where(amax == float("-inf"), float("nan"), sum_1_acc)  # sum of exp(logits - amax), accumulated online
     target = tl.load(target_ptr + x0, mask=xmask, other=0)
-    ne_1 = target != -100  # aten.ne.Scalar
+    ne = target != -100  # aten.ne.Scalar
     scalar_tensor = tl.full([XBLOCK, 1], 0, tl.int64)  # aten.scalar_tensor.default
-    where = tl.where(ne_1, target, scalar_tensor)  # aten.where.self
+    where = tl.where(ne, target, scalar_tensor)  # aten.where.self
     gather_check = tl.device_assert((where >= 0) & (where < 9000), "minicomp check: index out of bounds for dimension 1 (gather, cross_entropy's target)", mask=xmask)
     gather_tmp = where.to(tl.int32)
     gather_tmp_1 = (gather_tmp >= 0) & (gather_tmp < 9000)
@@ -148,13 +146,13 @@ def mc_fused_amax_sub_exp_sum_log_ne_0(logits_ptr, target_ptr, out_ptr, n_rows, 
     sub_1 = sub - log  # aten.sub.Tensor
     neg = sub_1 * -1.0  # aten.neg.default
     scalar_tensor_1 = tl.full([XBLOCK, 1], 0.0, tl.float32)  # aten.scalar_tensor.default
-    where_1 = tl.where(ne_1, neg, scalar_tensor_1)  # aten.where.self
+    where_1 = tl.where(ne, neg, scalar_tensor_1)  # aten.where.self
     tl.store(out_ptr + x0, where_1, mask=xmask)
 
 
 launch_0 = Launch(mc_fused_amax_sub_exp_sum_log_ne_0, ReductionLaunch(rows=4, rblock=4096, extent=9000), device="cpu")
 
-# kernel 1: ne_2, sum_2, _to_copy, sum_3, div
+# kernel 1: ne, sum_2, _to_copy, sum_3, div
 #   aten ops: ne, sum, _to_copy, div
 #   reduction (persistent, RBLOCK 4): 1 row of 4 (dims [0] of [4])
 #   reads target, where_1; writes div
@@ -168,9 +166,9 @@ def mc_fused_ne_sum_to_copy_div_1(target_ptr, where_1_ptr, out_ptr, n_rows, XBLO
     rmask = tl.full([1, RBLOCK], True, tl.int1)
     r0 = rindex
     target = tl.load(target_ptr + r0, mask=rmask, other=0)
-    ne_2 = target != -100  # aten.ne.Scalar
+    ne = target != -100  # aten.ne.Scalar
     where_1 = tl.load(where_1_ptr + r0, mask=rmask, other=0)
-    sum_2 = tl.reduce(tl.where(rmask, ne_2.to(tl.int64), 0), 1, _sum)[:, None]  # sum
+    sum_2 = tl.reduce(tl.where(rmask, ne.to(tl.int64), 0), 1, _sum)[:, None]  # sum
     sum_3 = tl.reduce(tl.where(rmask, where_1, 0.0), 1, _sum)[:, None]  # sum
     _to_copy = sum_2.to(tl.float32)  # aten._to_copy.default
     div = sum_3 / _to_copy  # aten.div.Tensor
