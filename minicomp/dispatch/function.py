@@ -80,10 +80,23 @@ def _same_defaults(a: tuple, b: tuple) -> bool:
     )
 
 
+_LEAVES = (torch.Tensor, int, float, str)  # arguments pytree keeps whole (bool is an int; None is a node)
+
+
 class JitFunction:
     """A function compiled by minicomp; call it like the original."""
 
-    def __init__(self, fn, fallback: str | None = None, name: str | None = None, context=None, cuda_graphs=None):
+    def __init__(
+        self,
+        fn,
+        fallback: str | None = None,
+        name: str | None = None,
+        context=None,
+        cuda_graphs=None,
+        state_first: bool = False,
+    ):
+        """`state_first`: `fn` is a module's `(state, *args, **kwargs)`, its first argument the
+        parameters and buffers by name (modules.py), flattened without pytree where it can be."""
         if not callable(fn):
             raise TypeError(f"minicomp.jit needs a function or module, not {type(fn).__name__}")
         self.fn = fn
@@ -102,6 +115,8 @@ class JitFunction:
         self._plain = self.signature is None or all(
             p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
         )
+        self._state_first = state_first
+        self._state_specs: dict[tuple, object] = {}  # (state names, argument count) -> in_spec
         self.context = context or FunctionContext(fn)
         # a plain function that reads no Python state (globals, cells) keys its calls by the arguments alone
         reads = self.context.reads
@@ -146,6 +161,10 @@ class JitFunction:
                     break
             else:
                 return args, len(args)
+        if self._state_first and not kwargs and args and type(args[0]) is dict:
+            flat = self._state_call(args)
+            if flat is not None:
+                return flat
         if self.signature is None:
             return pytree.tree_flatten((args, kwargs))
         defaults = _defaults_of(self.fn)
@@ -154,6 +173,20 @@ class JitFunction:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return pytree.tree_flatten((bound.args, bound.kwargs))
+
+    def _state_call(self, args):
+        """(leaves, in_spec) of a module's call `(state, *args)` whose other arguments are pytree
+        leaves (tensors, numbers, strings): the state's values, then the arguments, and the spec
+        pytree gives such a call, made once per state names and argument count. Else None."""
+        rest = args[1:]
+        for a in rest:
+            if not isinstance(a, _LEAVES):
+                return None
+        shape = (tuple(args[0]), len(rest))
+        spec = self._state_specs.get(shape)
+        if spec is None:
+            spec = self._state_specs[shape] = pytree.tree_flatten(((dict.fromkeys(shape[0], 0), *rest), {}))[1]
+        return [*args[0].values(), *rest], spec
 
     @staticmethod
     def _spec(in_spec):

@@ -3,7 +3,10 @@
 The module's parameters and buffers are passed to the compiled function as
 inputs (torch.func.functional_call), never baked in as constants: an optimizer
 step is seen by the next call, and gradients reach the parameters through the
-compiled backward.
+compiled backward. A call gathers them by name in one walk (`named_state`) and
+flattens `(state, *args)` without pytree where its arguments are plain
+(function.py `_state_call`); after a trace every submodule's tables are put back
+entry by entry (`_tables_kept`: a submodule under two names kept traced tensors).
 
 Everything else the forward reads from the module is guarded (`ModuleContext`):
 each call's key holds every submodule's training flag and plain attributes
@@ -18,6 +21,7 @@ runs eagerly: compiled code would not repeat the change.
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -150,13 +154,51 @@ class JitModule(torch.nn.Module):
         super().__init__()
         self.module = module
         self.compiled = JitFunction(
-            self._forward, fallback, name=type(module).__name__, context=ModuleContext(module), cuda_graphs=cuda_graphs
+            self._forward,
+            fallback,
+            name=type(module).__name__,
+            context=ModuleContext(module),
+            cuda_graphs=cuda_graphs,
+            state_first=True,
         )
 
     def _forward(self, state, *args, **kwargs):
-        return functional_call(self.module, state, args, kwargs)
+        with _tables_kept(self.module):
+            return functional_call(self.module, state, args, kwargs)
 
     def forward(self, *args, **kwargs):
-        state = dict(self.module.named_parameters())
-        state.update(self.module.named_buffers())
-        return self.compiled(state, *args, **kwargs)
+        return self.compiled(named_state(self.module), *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _tables_kept(module: torch.nn.Module):
+    """Every submodule's parameter and buffer tables put back as they were after the block, entry
+    by entry: functional_call left a submodule registered under two names (`self.b = self.a`) with
+    the traced tensors in it (its restore saved the second name's entry after the first had swapped
+    it), and the caller's module then held FunctionalTensors."""
+    tables = [(table, dict(table)) for m in module.modules() for table in (m._parameters, m._buffers)]
+    try:
+        yield
+    finally:
+        for table, saved in tables:
+            for name, value in saved.items():
+                if table.get(name) is not value:
+                    table[name] = value
+
+
+def named_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`dict(module.named_parameters())` updated with `module.named_buffers()` (each tensor once,
+    under its first name, parameters first), from one walk of the submodules instead of two."""
+    parameters: dict[str, torch.Tensor] = {}
+    buffers: dict[str, torch.Tensor] = {}
+    seen_parameters: set[int] = set()
+    seen_buffers: set[int] = set()
+    for prefix, m in module.named_modules():
+        dot = prefix + "." if prefix else ""
+        for found, seen, table in ((parameters, seen_parameters, m._parameters), (buffers, seen_buffers, m._buffers)):
+            for name, t in table.items():
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    found[dot + name] = t
+    parameters.update(buffers)
+    return parameters

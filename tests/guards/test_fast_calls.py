@@ -319,3 +319,70 @@ def test_a_kernel_is_named_on_disk_by_the_functions_it_calls_too():
         module = runtime.load(COMBO.format(op=op), f"combo_text_{len(texts)}", interpret=False)
         texts.append(launch.Launch(module.combo, runtime.PointwiseLaunch(numel=8), device="cpu").records.text())
     assert texts[0] != texts[1] and all("def part" in t for t in texts)
+
+
+class _Tied(torch.nn.Module):
+    """Shared and tied parameters, a None bias, an aliased and a None buffer, a shared submodule."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 3)
+        self.b = self.a
+        self.c = torch.nn.Sequential(torch.nn.Linear(3, 3, bias=False), torch.nn.BatchNorm1d(3))
+        self.w = torch.nn.Parameter(torch.ones(3))
+        self.tied = self.w
+        self.register_buffer("k", torch.ones(3))
+        self.register_buffer("k_alias", self.k)
+        self.register_buffer("absent", None)
+
+    def forward(self, x, scale=1.0):
+        return self.c(self.b(self.a(x)) * self.w * self.k) * scale
+
+
+def test_a_module_calls_state_is_named_and_flattened_as_pytree_does():
+    """A jit module's call gathers its parameters and buffers in one walk (modules.named_state) and
+    flattens `(state, *args)` without pytree; both give exactly what the general path gives."""
+    from torch.utils import _pytree as pytree
+
+    from minicomp.dispatch.modules import named_state
+
+    module = _Tied()
+    expected = dict(module.named_parameters())
+    expected.update(module.named_buffers())
+    state = named_state(module)
+    assert list(state) == list(expected) and all(a is b for a, b in zip(state.values(), expected.values()))
+    compiled = minicomp.jit(module).compiled
+    for args in [(state, torch.randn(2, 3)), (state, torch.randn(2, 3), 2.0), (state, torch.randn(2, 3), None)]:
+        leaves, spec = compiled._flatten(args, {})
+        want_leaves, want_spec = pytree.tree_flatten(((args[0], *args[1:]), {}))
+        assert spec == want_spec and len(leaves) == len(want_leaves)
+        assert all(a is b for a, b in zip(leaves, want_leaves))
+
+
+def test_a_module_whose_parameters_change_between_calls_stays_right():
+    """A parameter replaced, a buffer added, a tie broken: each call matches eager."""
+    module = _Tied().eval()
+    jitted = minicomp.jit(module)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(jitted(x), module(x))
+    module.a.weight = torch.nn.Parameter(torch.randn(3, 3))
+    torch.testing.assert_close(jitted(x), module(x))
+    module.tied = torch.nn.Parameter(torch.full((3,), 2.0))  # now its own parameter, unused by forward
+    torch.testing.assert_close(jitted(x, 3.0), module(x, 3.0))
+    module.register_buffer("extra", torch.zeros(1))
+    torch.testing.assert_close(jitted(x), module(x))
+
+
+def test_a_shared_submodule_keeps_its_parameters_after_a_call():
+    """A submodule registered under two names (`self.b = self.a`): the trace's functional_call left
+    its parameters replaced by FunctionalTensors in the caller's module, and the next call of any
+    function on it failed. Every table is now put back entry by entry."""
+    module = _Tied().eval()
+    before = {n: t for n, t in module.named_parameters(remove_duplicate=False)}
+    before.update(module.named_buffers(remove_duplicate=False))
+    minicomp.jit(module)(torch.randn(4, 3))
+    after = dict(module.named_parameters(remove_duplicate=False))
+    after.update(module.named_buffers(remove_duplicate=False))
+    assert before.keys() == after.keys() and all(after[n] is t for n, t in before.items())
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(minicomp.jit(module)(x), module(x))
