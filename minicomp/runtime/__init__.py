@@ -20,6 +20,7 @@ interpreter_index.py  ... and a runtime integer as a loop bound there (numpy 2)
 checks.py          device-side asserts in kernels (bounds, division by zero): raised as eager does
 graphs.py          CUDA graphs of compiled callables: recorded per signature, replayed (opt-in)
 graph_capture.py   ... their device side: side stream, memory pool, warm-up and capture
+graph_inputs.py    ... what a replay reads: inputs in place while they stay, else in buffers
 graph_outputs.py   ... what a replay hands back: outputs uncopied, held ones moved out
 """
 

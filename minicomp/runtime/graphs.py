@@ -59,6 +59,13 @@ import torch
 
 from minicomp import config, logs
 from minicomp.runtime.graph_capture import CaptureRefused, CudaCapture
+from minicomp.runtime.graph_inputs import (
+    at_their_addresses,
+    buffers_of,
+    copy_into,
+    in_place_while_it_stays,
+    storage_ptr,
+)
 from minicomp.runtime.graph_outputs import OutputPlan, settle_held
 
 __all__ = ["CaptureRefused", "CudaCapture", "Graphed", "Graphs"]
@@ -185,9 +192,6 @@ def _storage_uses(t: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(storage._cdata)
 
 
-_same_ptrs = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds: one C++ call
-
-
 class Graphed:
     """A boxed callable whose calls replay CUDA graphs (see the module docstring)."""
 
@@ -267,9 +271,10 @@ class Graphed:
         inputs, count = list(args), len(args)
         args.clear()
         static = [i for i in sorted(self.static) if isinstance(inputs[i], torch.Tensor)]
-        adopted = self._in_place_while_it_stays(inputs, static)
+        adopted, shared = in_place_while_it_stays(inputs, static, self.dynamic, self.buffered, self.warm_ptrs)
+        self.buffered |= shared
         static_ptrs = [(i, inputs[i].data_ptr()) for i in sorted(static + adopted)]
-        buffers = _buffers(inputs, [i for i in self.dynamic if i not in adopted])
+        buffers = buffers_of(inputs, [i for i in self.dynamic if i not in adopted])
         # (no local names a buffer or an output: a capture's reference counts are `Record.pending`'s base)
         captured = [next((b for j, b, _ in buffers if j == i), value) for i, value in enumerate(inputs)]
         saved = self._saved() if callable(self._saved) else self._saved
@@ -280,13 +285,13 @@ class Graphed:
             self.refuse(f"capturing it failed ({_first_line(err)})")
             return self.run(inputs)
         outputs = tuple(outputs)
-        in_place = {_storage_ptr(inputs[i]) for i in static if inputs[i].numel()}
+        in_place = {storage_ptr(inputs[i]) for i in static if inputs[i].numel()}
         # an input read from a buffer or in place while it stays: storage address -> (slot, the
         # storage offset of the caller's first element, dtype); an output viewing it is rebuilt on
         # the caller's tensor
-        viewed = {_storage_ptr(b): (i, 0, b.dtype, False) for i, b, _ in buffers if b.numel()}
+        viewed = {storage_ptr(b): (i, 0, b.dtype, False) for i, b, _ in buffers if b.numel()}
         viewed |= {
-            _storage_ptr(inputs[i]): (i, inputs[i].storage_offset(), inputs[i].dtype, True)
+            storage_ptr(inputs[i]): (i, inputs[i].storage_offset(), inputs[i].dtype, True)
             for i in adopted
             if inputs[i].numel()
         }
@@ -307,30 +312,9 @@ class Graphed:
         logs.cudagraphs.info("%s: graph recorded (%d kept)", self.name, self.graphs.recorded())
         return record.replay(inputs)
 
-    def _in_place_while_it_stays(self, inputs: list, static: list[int]) -> list[int]:
-        """The dynamic tensor inputs captured at their own address: those the warm-up call had at
-        this address too (a caller that passes a new tensor each call is copied from the first),
-        not copied into buffers already, whose memory no other input captured in place shares (an
-        output viewing it names its input by that memory)."""
-        candidates = [
-            i
-            for i in self.dynamic
-            if isinstance(inputs[i], torch.Tensor)
-            and i not in self.buffered
-            and self.warm_ptrs.get(i) == inputs[i].data_ptr()
-        ]
-        storages: dict[int, int] = {}
-        for i in static + candidates:
-            if inputs[i].numel():
-                ptr = _storage_ptr(inputs[i])
-                storages[ptr] = storages.get(ptr, 0) + 1
-        shared = {i for i in candidates if inputs[i].numel() and storages[_storage_ptr(inputs[i])] > 1}
-        self.buffered |= shared
-        return [i for i in candidates if i not in shared]
-
     # -- a replay ---------------------------------------------------------------------------------
     def _replay(self, record: Record, args: list, key):
-        if not _static_in_place(args, record):
+        if not at_their_addresses(args, record.ptrs, record.slots):
             return self._moved(args, key, record)
         if record.saved and self.graphs.saved_pending():
             # this record's saved values, or another signature's (one pool: a graph recorded after
@@ -351,7 +335,7 @@ class Graphed:
                     targets.append(buffer)
                     sources.append(value)
                 else:
-                    _copy_into(buffer, memory, value)
+                    copy_into(buffer, memory, value)
         if len(targets) > 1:
             torch._foreach_copy_(targets, sources)  # one launch on a GPU
         elif targets:
@@ -389,49 +373,6 @@ class Graphed:
                 logs.cudagraphs.info("%s: a static input moved: recording its graph again", self.name)
                 self.warmed.add(key)  # warmed up already: the next call captures
         return self.run(args)
-
-
-def _static_in_place(args: list, record: Record) -> bool:
-    if _same_ptrs is not None and record.slots:
-        return _same_ptrs(args, record.ptrs, record.slots)
-    for i, ptr in record.static_ptrs:
-        if args[i].data_ptr() != ptr:
-            return False
-    return True
-
-
-def _storage_ptr(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
-
-
-def _buffers(inputs: list, slots: list[int]) -> list[tuple[int, torch.Tensor, torch.Tensor | None]]:
-    """[(slot, buffer, flat memory or None)]: a buffer of the graph's own, with its value, for each
-    tensor among `inputs` at `slots`."""
-    buffers = []
-    for i in slots:
-        if isinstance(inputs[i], torch.Tensor):
-            buffer, memory = _buffer_like(inputs[i])
-            _copy_into(buffer, memory, inputs[i])
-            buffers.append((i, buffer, memory))
-    return buffers
-
-
-def _buffer_like(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(buffer, memory): a tensor of `t`'s shape, strides and dtype on its device, and None where it
-    is contiguous, else the flat memory its elements span (an expanded input, stride 0, keeps its
-    strides: the graph reads it at those; `_copy_into` copies the span)."""
-    if t.is_contiguous():
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device), None
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
-    memory = torch.empty(span, dtype=t.dtype, device=t.device)
-    return memory.as_strided(t.shape, t.stride()), memory
-
-
-def _copy_into(buffer: torch.Tensor, memory: torch.Tensor | None, value: torch.Tensor) -> None:
-    if memory is None:
-        buffer.copy_(value)
-    elif memory.numel():
-        memory.copy_(value.as_strided((memory.numel(),), (1,)))
 
 
 def _first_line(err: Exception) -> str:
