@@ -185,6 +185,8 @@ class JitFunction:
         shape = (tuple(args[0]), len(rest))
         spec = self._state_specs.get(shape)
         if spec is None:
+            if len(self._state_specs) >= self.cache_limit:  # (a module whose names change on every call)
+                self._state_specs.clear()
             spec = self._state_specs[shape] = pytree.tree_flatten(((dict.fromkeys(shape[0], 0), *rest), {}))[1]
         return [*args[0].values(), *rest], spec
 
