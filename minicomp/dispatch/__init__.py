@@ -2,6 +2,7 @@
 
 jit.py            minicomp.jit: functions and modules alike
 function.py       JitFunction: the signature key, the entry it finds or compiles, the call
+arguments.py      a call's arguments as leaves and a spec (the key's structure)
 entries.py        Entry and EagerEntry: what one signature runs (compiled module or the function as written)
 modules.py        JitModule: a module's forward with its parameters as inputs
 autograd.py       training: AOTAutograd's forward and backward graphs, both compiled

@@ -9,7 +9,6 @@ compiles. A hit does nothing else: the generated `call` launches the kernels.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import time
 import warnings
@@ -17,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.autograd.profiler as _profiler
-from torch.utils import _pytree as pytree
 
 from minicomp import capture, config, guards, logs
 from minicomp.dispatch import fallback, persist
+from minicomp.dispatch.arguments import Arguments
 from minicomp.dispatch.autograd import TrainingEntry
 from minicomp.dispatch.entries import EagerEntry, Entry
 from minicomp.guards import fingerprint
@@ -45,14 +44,6 @@ def _name_of(fn) -> str:
     return f"partial_{_name_of(inner)}" if inner is not None else type(fn).__name__
 
 
-def _signature(fn) -> inspect.Signature | None:
-    """The signature to bind arguments with, or None (builtins like torch.relu: passed as given)."""
-    try:
-        return inspect.signature(fn)
-    except (ValueError, TypeError):
-        return None
-
-
 def _copy(value):
     """A copy of a tensor argument with the same strides and requires_grad (for looking inside):
     the memory its elements span, copied whole, so an expanded or overlapping argument (`b.expand(
@@ -63,24 +54,6 @@ def _copy(value):
     with torch.no_grad():
         memory = value.as_strided((span,), (1,)).clone()
     return memory.as_strided(value.shape, value.stride()).requires_grad_(value.requires_grad)
-
-
-def _defaults_of(fn) -> tuple:
-    """A function's defaults, positional and keyword-only (a dict, which may change in place: copied)."""
-    kwdefaults = getattr(fn, "__kwdefaults__", None)
-    return getattr(fn, "__defaults__", None), None if kwdefaults is None else tuple(kwdefaults.items())
-
-
-def _same_defaults(a: tuple, b: tuple) -> bool:
-    (positional, keyword), (old_positional, old_keyword) = a, b
-    if positional is not old_positional or (keyword is None) != (old_keyword is None):
-        return False
-    return keyword is None or (
-        len(keyword) == len(old_keyword) and all(k == j and v is w for (k, v), (j, w) in zip(keyword, old_keyword))
-    )
-
-
-_LEAVES = (torch.Tensor, int, float, str)  # arguments pytree keeps whole (bool is an int; None is a node)
 
 
 class JitFunction:
@@ -109,14 +82,8 @@ class JitFunction:
         except (AttributeError, TypeError):
             pass
         self.__name__ = name or _name_of(fn)
-        self.signature = _signature(fn)
-        self.params = list(self.signature.parameters) if self.signature is not None else []
-        self._defaults = _defaults_of(fn)  # what `signature` binds missing arguments to
-        self._plain = self.signature is None or all(
-            p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values()
-        )
-        self._state_first = state_first
-        self._state_specs: dict[tuple, object] = {}  # (state names, argument count) -> in_spec
+        self.arguments = Arguments(fn, state_first, self.cache_limit)  # arguments.py: leaves and a spec
+        self._flatten = self.arguments.flatten
         self.context = context or FunctionContext(fn)
         # a plain function that reads no Python state (globals, cells) keys its calls by the arguments alone
         reads = self.context.reads
@@ -148,54 +115,6 @@ class JitFunction:
 
             self._families = Families()
         return self._families
-
-    def _flatten(self, args, kwargs):
-        """(leaves, in_spec): the arguments as a flat list, defaults bound.
-
-        The common call, every parameter passed positionally and none a container,
-        skips pytree: its in_spec is the plain argument count (an int hashes far
-        faster than a TreeSpec)."""
-        if self._plain and not kwargs and (self.signature is None or len(args) == len(self.params)):
-            for a in args:
-                if isinstance(a, (list, tuple, dict)):
-                    break
-            else:
-                return args, len(args)
-        if self._state_first and not kwargs and args and type(args[0]) is dict:
-            flat = self._state_call(args)
-            if flat is not None:
-                return flat
-        if self.signature is None:
-            return pytree.tree_flatten((args, kwargs))
-        defaults = _defaults_of(self.fn)
-        if not _same_defaults(defaults, self._defaults):  # `fn.__defaults__ = ...` since: bind the new ones
-            self.signature, self._defaults = _signature(self.fn), defaults
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return pytree.tree_flatten((bound.args, bound.kwargs))
-
-    def _state_call(self, args):
-        """(leaves, in_spec) of a module's call `(state, *args)` whose other arguments are pytree
-        leaves (tensors, numbers, strings): the state's values, then the arguments, and the spec
-        pytree gives such a call, made once per state names and argument count. Else None."""
-        rest = args[1:]
-        for a in rest:
-            if not isinstance(a, _LEAVES):
-                return None
-        shape = (tuple(args[0]), len(rest))
-        spec = self._state_specs.get(shape)
-        if spec is None:
-            if len(self._state_specs) >= self.cache_limit:  # (a module whose names change on every call)
-                self._state_specs.clear()
-            spec = self._state_specs[shape] = pytree.tree_flatten(((dict.fromkeys(shape[0], 0), *rest), {}))[1]
-        return [*args[0].values(), *rest], spec
-
-    @staticmethod
-    def _spec(in_spec):
-        """The TreeSpec of a flattened call (the fast path keeps only the argument count)."""
-        if isinstance(in_spec, int):
-            return pytree.tree_flatten((tuple(range(in_spec)), {}))[1]
-        return in_spec
 
     def _key(self, leaves, in_spec) -> tuple:
         """The call's signature key as a plain tuple of guards.SignatureKey's fields (structure,
@@ -279,8 +198,8 @@ class JitFunction:
                 "when an object changes. Pass the values it holds (tensors, numbers, strings) "
                 "instead"
             )
-        leaves, in_spec = list(leaves), self._spec(in_spec)
-        names = capture.leaf_names(in_spec, self.params)
+        leaves, in_spec = list(leaves), Arguments.spec(in_spec)
+        names = capture.leaf_names(in_spec, self.arguments.params)
         fn = watch(self.fn, self.context)
         if _needs_grad(leaves):
             compile_pool.start_triton(leaves)  # a miss: Triton's one-time costs run while it traces
@@ -381,8 +300,8 @@ class JitFunction:
             self._first_call(key, [_copy(v) for v in leaves], in_spec)
         entry = self.cache[key]
         if isinstance(entry, Entry) and entry.compiled is None:  # loaded from disk: trace to see inside
-            leaves, in_spec = [_copy(v) for v in leaves], self._spec(in_spec)
-            names = capture.leaf_names(in_spec, self.params)
+            leaves, in_spec = [_copy(v) for v in leaves], Arguments.spec(in_spec)
+            names = capture.leaf_names(in_spec, self.arguments.params)
             _, entry.compiled = _trace_and_compile(
                 watch(self.fn, self.context), leaves, in_spec, names, self.__name__, self.families
             )

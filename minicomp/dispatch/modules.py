@@ -5,7 +5,7 @@ inputs (torch.func.functional_call), never baked in as constants: an optimizer
 step is seen by the next call, and gradients reach the parameters through the
 compiled backward. A call gathers them by name in one walk (`named_state`) and
 flattens `(state, *args)` without pytree where its arguments are plain
-(function.py `_state_call`); after a trace every submodule's tables are put back
+(arguments.py); after a trace every submodule's tables are put back
 entry by entry (`_tables_kept`: a submodule under two names kept traced tensors).
 
 Everything else the forward reads from the module is guarded (`ModuleContext`):

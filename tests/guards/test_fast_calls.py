@@ -341,7 +341,7 @@ class _Tied(torch.nn.Module):
 
 def test_a_module_calls_state_is_named_and_flattened_as_pytree_does():
     """A jit module's call gathers its parameters and buffers in one walk (modules.named_state) and
-    flattens `(state, *args)` without pytree; both give exactly what the general path gives."""
+    flattens `(state, *args)` without pytree (arguments.py); both give exactly what the general path gives."""
     from torch.utils import _pytree as pytree
 
     from minicomp.dispatch.modules import named_state
@@ -353,7 +353,7 @@ def test_a_module_calls_state_is_named_and_flattened_as_pytree_does():
     assert list(state) == list(expected) and all(a is b for a, b in zip(state.values(), expected.values()))
     compiled = minicomp.jit(module).compiled
     for args in [(state, torch.randn(2, 3)), (state, torch.randn(2, 3), 2.0), (state, torch.randn(2, 3), None)]:
-        leaves, spec = compiled._flatten(args, {})
+        leaves, spec = compiled.arguments.flatten(args, {})
         want_leaves, want_spec = pytree.tree_flatten(((args[0], *args[1:]), {}))
         assert spec == want_spec and len(leaves) == len(want_leaves)
         assert all(a is b for a, b in zip(leaves, want_leaves))

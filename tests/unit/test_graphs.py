@@ -524,13 +524,15 @@ def test_training_through_torch_compile_with_stand_in_graphs(monkeypatch, forwar
     graphed = torch.compile(compiled, backend=dynamo.backend, options={"cuda_graphs": True})
     for a, b in zip(_train(graphed, 4, forwards_per_step), _train(eager, 4, forwards_per_step)):
         torch.testing.assert_close(a, b)
-    assert device.captures == 2  # the forward's graph and the backward's, each recorded once
-    forward_graph, backward_graph = device.graphs
-    assert forward_graph.replays >= 3 and backward_graph.replays >= 3
     (graphs,) = made
     forward, backward = (graphed for graphed, _ in graphs.kept.values())
-    assert len(forward.static) == 4 and len(forward.dynamic) == 1  # the parameters in place, x copied
-    assert len(backward.dynamic) == 1  # only the tangent copied: saved values and parameters in place
+    # the forward's graph and the backward's, each recorded once, and once more for an input the
+    # capture read in place that came at another address later (x, the tangent: temporaries the
+    # allocator may or may not put where the warm-up's were)
+    assert 2 <= device.captures <= 2 + len(forward.buffered) + len(backward.buffered)
+    assert sum(g.replays for g in device.graphs) >= 6
+    assert len(forward.static) == 4 and len(forward.dynamic) == 1  # the parameters in place, x not
+    assert len(backward.dynamic) == 1  # only the tangent dynamic: saved values and parameters in place
     torch._dynamo.reset()
 
 
