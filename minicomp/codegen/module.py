@@ -188,10 +188,7 @@ class _Body:
         source = WRITERS[type(step)](self.plan, step) if self.graph[step.stores[0]].meta.numel else None
         dying = self.dying.get(at, [])
         reused = reused_in_place(self.plan, self.storages, source, dying) if source else {}
-        written = written_in_place(self.plan, self.storages, source, at) if source else {}
-        if isinstance(step, ScatterKernel) and source:  # (it loads only what its values and indexes read)
-            dst = scatter_written_in_place(self.plan, self.storages, at, set(source.args) - {step.stores[0]})
-            written = {step.stores[0]: dst} if dst else {}
+        written = self.written_into_inputs(at, step, source)
         self.written.update(written)
         self.allocate(step, reused | written)
         if source is None:
@@ -208,6 +205,17 @@ class _Body:
             self.launch([(source, step)])
         else:
             self.pending = (source, step)
+
+    def written_into_inputs(self, at: int, step: Kernel, source: KernelSource | None) -> dict[str, str]:
+        """Store -> the mutated input whose new value it is and that the kernel writes it into
+        (codegen/reuse.py): a scatter's that starts as the input, any other kernel's by
+        `written_in_place`."""
+        if source is None:
+            return {}
+        if isinstance(step, ScatterKernel):  # (it loads only what its values and indexes read)
+            dst = scatter_written_in_place(self.plan, self.storages, at, set(source.args) - {step.stores[0]})
+            return {step.stores[0]: dst} if dst else {}
+        return written_in_place(self.plan, self.storages, source, at)
 
     def allocate(self, step: Kernel, reused: dict[str, str]) -> None:
         """The lines that make each store's buffer: fresh memory, or a buffer's it takes over."""
