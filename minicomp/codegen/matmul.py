@@ -17,6 +17,12 @@ first, as cuBLAS adds it). Each store (the product where something else reads it
 epilogue's values) is evaluated at the element row-major order puts at the tile's element
 (plan/matmul.py checked that this reads the product there) and stored at its own strides.
 
+A product of one row whose b is read along K (a decoding step's `x @ W.T`) takes the *one-row
+form* instead of tl.dot, whose tiles take at least 16 rows: a program multiplies b's
+[BLOCK_K, BLOCK_N] tiles by the row's K chunks as a column and sums over K after the loop
+(ROW_TILES: a few columns a program, long K steps), so the weight is read once at close to the
+memory's speed.
+
 A chained operand or a sibling product (plan/matmul_folding.py) is computed by its own K loop
 at the tile that reads it (codegen/matmul_operands.py `folded_product`): a chain's at the operand's [BLOCK_M,
 BLOCK_K] tile inside the K loop (nested to any depth), a sibling's at the epilogue's tile.
@@ -49,7 +55,7 @@ from minicomp.lowering.ops.views import reshape_index
 from minicomp.plan import matmul_reads as planning
 from minicomp.plan.fusion import Plan
 from minicomp.plan.steps import MatmulKernel
-from minicomp.runtime.launch_spec import MatmulLaunch, Tile, matmul_tiles
+from minicomp.runtime.launch_spec import MatmulLaunch, Tile, matmul_tiles, one_row
 
 
 @dataclass(kw_only=True)
@@ -65,6 +71,7 @@ class MatmulSource(KernelSource):
     n: int
     k: int
     tiles: tuple[Tile, ...]
+    row: bool  # the one-row form (launch_spec.one_row): no tl.dot, sums over K after the loop
     a_strides: tuple[int, int]
     b_strides: tuple[int, int]
     a_pointer: str  # the operands' pointer parameters
@@ -171,7 +178,8 @@ class MatmulWriter(KernelWriter):
         am, bm = graph[a].meta, graph[b].meta
         m, n, k = meta.shape[-2], meta.shape[-1], am.shape[-1]
         wide = needs_wide_index(self.plan, meta.numel, args)
-        tiles = matmul_tiles(m, n, k, meta.dtype.itemsize, meta.device)
+        row = one_row(m, bm.stride) and not self.kernel.chained and not self.kernel.siblings
+        tiles = matmul_tiles(m, n, k, meta.dtype.itemsize, meta.device, row=row)
         if self.kernel.chained:
             tiles = chain_tiles(tiles, n, k)
         tiles = fitting(tiles, loaded, set(writers), meta.dtype.itemsize, folded_bytes(graph, self.kernel))
@@ -189,6 +197,7 @@ class MatmulWriter(KernelWriter):
             n=n,
             k=k,
             tiles=tiles,
+            row=row,
             a_strides=am.stride[-2:],
             b_strides=bm.stride[-2:],
             a_pointer=self.pointers.get(a, ""),

@@ -92,7 +92,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         graph=[doc_line(line) for line in graph.describe(plan.kinds).splitlines()],
         plan=[doc_line(line) for line in str(plan).splitlines()],
         kernels=body.kernels,
-        reductions=any(call.kind == "reduction" for call in body.calls),
+        reductions=body.combines,
         args=graph.inputs + (["*"] + list(graph.constants) if graph.constants else []),
         inputs_names=graph.inputs,
         box=next(
@@ -118,6 +118,7 @@ class _Body:
         self.kernels: list[str] = []
         self.calls: list[KernelCall] = []
         self.runtime_names = {"Launch"}  # what the module imports from minicomp.runtime
+        self.combines = False  # whether a kernel calls combine.py.j2's helpers (a reduction, a one-row matmul)
         self.wrapper: list[str] = []
         self.uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
         self.storages = Storages.of(plan)
@@ -301,6 +302,7 @@ class _Body:
         first = self.alike.first(text, self.signature(args, scalars), launcher)  # one Launch binds one binary
         self.kernels.append(text.rstrip() if first == launcher else _bound_to(text, launcher, first))
         stores = tuple(n for _, kernel in pieces for n in kernel.stores)
+        self.combines |= any(s.kind == "reduction" or getattr(s, "row", False) for s, _ in pieces)
         self.calls.append(KernelCall(launcher, name, pieces[0][0].kind, tuple(args), stores, scalars))
         self.line(f"{launcher}({', '.join(args + [str(v) for v in scalars])})  # {name}", set(args))
 

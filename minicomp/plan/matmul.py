@@ -28,7 +28,11 @@ epilogue computed in the prologue too, its kernel gone (plan/matmul_folding.py).
 template's epilogue reads may be its *sibling*, a second accumulator in that kernel
 (config "matmul_siblings", off: measured slower).
 
-The setting (config "matmul", MINICOMP_MATMUL): "library" (default) keeps every matmul an ATen call;
+A product of one row whose b is read along K (a decoding step's `x @ W.T`) on CUDA runs as the
+template's one-row form in every setting (config "matmul_rows", from "matmul_row_min_k" = 512 of
+K): no tl.dot, the weight read once near the memory's speed (codegen/matmul.py).
+
+The setting (config "matmul", MINICOMP_MATMUL): "library" (default) keeps every other matmul an ATen call;
 "template" makes every matmul the template can run one (the CPU tests: Triton's interpreter
 runs tl.dot); "auto" keeps ATen's calls on the CPU, and on CUDA takes the template for a
 matmul with an epilogue to fuse (of sizes >= 16, between config "matmul_min_macs" and
@@ -61,6 +65,7 @@ from minicomp.plan.matmul_reads import (
     refusal,
 )
 from minicomp.plan.steps import Extern, Kernel, MatmulKernel, Plan, PointwiseKernel, Refusal
+from minicomp.runtime.launch_spec import one_row
 
 MODES = ("auto", "template", "library")
 
@@ -80,6 +85,8 @@ def choice(graph: Graph, name: str, epilogue: bool) -> tuple[bool, str]:
     if why is not None:
         return False, f"ATen: {why}"
     setting = mode()
+    if setting != "template" and _row_product(graph, name):
+        return True, f"template: one row read along K, on CUDA (config matmul_rows; {setting})"
     if setting != "auto":
         return setting == "template", f"{setting}: MINICOMP_MATMUL={setting}"
     meta = graph[name].meta
@@ -100,6 +107,20 @@ def choice(graph: Graph, name: str, epilogue: bool) -> tuple[bool, str]:
     return template_pays(meta.dtype, meta.device, *layouts, meta.shape)
 
 
+def _row_product(graph: Graph, name: str) -> bool:
+    """Whether matmul `name` is a product of one row whose b is read along K, on CUDA, that config
+    "matmul_rows" runs as the template's one-row form in any setting: a decoding step's projections
+    (cuBLAS took 1.1-2.2x its time at every one measured, docs/experiments.md)."""
+    meta = graph[name].meta
+    a, b, _ = operands(graph, name)
+    return (
+        bool(config.get("matmul_rows"))
+        and meta.device.type == "cuda"
+        and one_row(meta.shape[-2], graph[b].meta.stride)
+        and graph[a].meta.shape[-1] >= config.get("matmul_row_min_k")
+    )
+
+
 def templated(plan: Plan, fill) -> Plan:
     """`plan` with each matmul the setting chooses as a `MatmulKernel` that computes its epilogue;
     the same plan when none is. `fill(graph, kernel, kinds, stage_of, materialized)`: fusion.py's
@@ -107,7 +128,9 @@ def templated(plan: Plan, fill) -> Plan:
     graph = plan.graph
     externs = [s.node for s in plan.steps if isinstance(s, Extern) and graph[s.node].op_name in MATMULS]
     setting = mode()
-    if not externs or setting == "library" or (setting == "auto" and _all_on_cpu(graph, externs)):
+    if not externs or (setting != "template" and _all_on_cpu(graph, externs)):
+        return plan
+    if setting == "library" and not any(_row_product(graph, e) for e in externs):
         return plan
     readers = epilogues(plan, externs)
     chosen = {}

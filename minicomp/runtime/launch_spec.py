@@ -168,14 +168,32 @@ GPU_TILES = {  # a matmul template's candidates on a GPU, by operand bytes (clam
 SKINNY_TILES = ((16, 16, 256, 2, 4), (16, 32, 256, 4, 4), (16, 32, 128, 4, 4), (16, 64, 128, 4, 4), (16, 64, 64, 4, 4))
 
 
-def matmul_tiles(m: int, n: int, k: int, itemsize: int, device: torch.device) -> tuple[Tile, ...]:
+# A product of one row whose b is read along K (x @ W.T, W an nn.Linear's [N, K] weight): no
+# tl.dot (templates/matmul.py.j2 `row`), a few columns a program and long K steps. The first is the
+# default: within 3% of the best of these at every decoding shape measured on an H200 (K 1024-5632,
+# N 512-50257; docs/experiments.md), where cuBLAS took 1.1-2.2x the time
+ROW_TILES = ((1, 2, 1024, 4, 3), (1, 1, 1024, 4, 3), (1, 2, 512, 8, 3), (1, 4, 512, 4, 3), (1, 1, 512, 8, 3))
+
+
+def one_row(m: int, b_strides: tuple[int, ...]) -> bool:
+    """Whether a product of `m` rows with operand b ([.., K, N] at `b_strides`) takes the template's
+    one-row form: one row, b contiguous along K."""
+    return m == 1 and b_strides[-2] == 1
+
+
+def matmul_tiles(m: int, n: int, k: int, itemsize: int, device: torch.device, row: bool = False) -> tuple[Tile, ...]:
     """The tile shapes a matmul template is written for (at most 5: its launch times them on a
-    GPU; SKINNY_TILES for at most 16 rows). Each block is at most the size's next power of two (at
-    least 16, tl.dot's least); Triton's interpreter (CPU) runs one, as large as the sizes, up to 64."""
+    GPU; SKINNY_TILES for at most 16 rows, ROW_TILES for the one-row form, `row`). Each block is at
+    most the size's next power of two (at least 16, tl.dot's least); Triton's interpreter (CPU)
+    runs one, as large as the sizes, up to 64."""
 
     def fit(block: int, size: int, least: int = 16) -> int:
         return min(block, max(least, 1 << max(size - 1, 0).bit_length()))
 
+    if row:
+        if device.type == "cpu":
+            return ((1, fit(16, n, 1), fit(64, k, 1), 1, 1),)
+        return tuple(dict.fromkeys((1, fit(bn, n, 1), fit(bk, k, 1), w, s) for _, bn, bk, w, s in ROW_TILES))
     if device.type == "cpu":
         return ((fit(64, m), fit(64, n), fit(64, k), 1, 1),)
     found, skinny = [], m <= 16
@@ -224,6 +242,8 @@ class MatmulLaunch(_Spec):
         one giving the most programs."""
         if device.type == "cpu":
             return 1, 1
+        if self.tiles[0][0] == 1:  # the one-row form: its first tile (ROW_TILES)
+            return 1, self.tiles[0][3]
         by_size = sorted(range(len(self.tiles)), key=lambda i: -self.tiles[i][0] * self.tiles[i][1])
         enough = [i for i in by_size if self.grid(1 << i) >= 264]
         i = enough[0] if enough else max(by_size, key=lambda i: self.grid(1 << i))

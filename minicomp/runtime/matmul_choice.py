@@ -24,7 +24,7 @@ import torch
 
 from minicomp import config, logs
 from minicomp.runtime import cache
-from minicomp.runtime.launch_spec import MatmulLaunch, matmul_tiles
+from minicomp.runtime.launch_spec import MatmulLaunch, matmul_tiles, one_row
 from minicomp.runtime.matmul_timing import _operand, _real_tensors
 from minicomp.runtime.size_classes import Layout, bucket, layout_class
 from minicomp.runtime.tuning import median_ms
@@ -86,8 +86,9 @@ def _time_template(dtype, device, a: Layout, b: Layout) -> dict[tuple, float]:
     (shape_a, _), (shape_b, _) = a, b
     batch = shape_a[0] if len(shape_a) == 3 else 1
     m, k, n = shape_a[-2], shape_a[-1], shape_b[-1]
-    tiles = matmul_tiles(m, n, k, dtype.itemsize, device)
-    kernel = _kernel(dtype, device, a, b, tiles)
+    row = one_row(m, b[1])
+    tiles = matmul_tiles(m, n, k, dtype.itemsize, device, row=row)
+    kernel = _kernel(dtype, device, a, b, tiles, row)
     x, y = _operand(a, dtype, device), _operand(b, dtype, device)
     out = torch.empty(((batch,) if len(shape_a) == 3 else ()) + (m, n), dtype=dtype, device=device)
     spec = MatmulLaunch(batch=batch, m=m, n=n, k=k, tiles=tiles)
@@ -107,7 +108,7 @@ def _template_text() -> str:
     return (config.templates_directory() / "matmul.py.j2").read_text()
 
 
-def _kernel(dtype, device, a: Layout, b: Layout, tiles):
+def _kernel(dtype, device, a: Layout, b: Layout, tiles, row: bool = False):
     """templates/matmul.py.j2 with the product's store as its epilogue, loaded as a module."""
     import jinja2
 
@@ -137,6 +138,7 @@ def _kernel(dtype, device, a: Layout, b: Layout, tiles):
         sizes=[],
         unspecialized=[],
         tiles=tiles,
+        row=row,
         batch=shape_a[0] if batched else 1,
         m=m,
         n=n,
@@ -157,6 +159,8 @@ def _kernel(dtype, device, a: Layout, b: Layout, tiles):
         spec="None",
         device=str(device),
     )
-    header = "import torch\nimport triton\nimport triton.language as tl\n\n"
+    header = (
+        "import torch\nimport triton\nimport triton.language as tl\n\n" + env.get_template("combine.py.j2").render()
+    )
     source = header + text.rsplit("probe = Launch(", 1)[0]  # the kernel alone: it is launched by hand
     return load(source, "matmul_probe", interpret=device.type == "cpu").mc_matmul_probe

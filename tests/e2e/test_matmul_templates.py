@@ -89,6 +89,59 @@ def test_a_product_of_one_row_or_one_column(device, dtype):
     check(lambda a, b: (a @ b).relu(), x, torch.randn(80, 1, dtype=dtype, device=device), kernels=1)  # one element
 
 
+ROW_FORM = "one row of a times b"  # the one-row form's comment (templates/matmul.py.j2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_row_times_a_weight_read_along_k_is_the_one_row_form(device, dtype):
+    """A decoding step's x @ W.T (W an nn.Linear weight, [N, K]) runs without tl.dot, its
+    epilogue fused (codegen/matmul.py's one-row form): nn.Linear on [1, 1, K], K past one step of
+    the interpreter's 64, N odd; a batch of one-row products (bmm); a weight cast as it is loaded."""
+    x = torch.randn(1, 1, 130, dtype=dtype, device=device)
+    w, b = torch.randn(70, 130, dtype=dtype, device=device) / 8, torch.randn(70, dtype=dtype, device=device)
+    source = check(lambda x, w, b: F.gelu(F.linear(x, w, b)) * 2, x, w, b, kernels=1)
+    assert ROW_FORM in source and "tl.dot(" not in source and source.count("tl.store(") == 1
+    q, k = (torch.randn(s, dtype=dtype, device=device) for s in ((3, 1, 40), (3, 50, 40)))
+    assert ROW_FORM in check(lambda q, k: torch.bmm(q, k.transpose(1, 2)).relu(), q, k, kernels=1)
+    w32 = torch.randn(70, 130, device=device) / 8
+    source = check(lambda x, w: F.linear(x, w.to(x.dtype)).sigmoid(), x, w32, kernels=1)
+    assert ROW_FORM in source and "tl.dot(" not in source
+    rows = torch.randn(2, 130, dtype=dtype, device=device)  # two rows, or a weight read along N: tl.dot
+    assert ROW_FORM not in check(lambda x, w: F.linear(x, w).relu(), rows, w, kernels=1)
+    assert ROW_FORM not in check(lambda x, w: (x @ w).relu(), x, w.t().contiguous(), kernels=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_of_a_one_row_product(device, dtype):
+    """Training on one row: the forward's product is the one-row form, the backward's (dx = dy @ W
+    reads W along N, dW = dy^T @ x has N rows) are tl.dot templates."""
+    x = torch.randn(1, 90, dtype=dtype, device=device)
+    w, b = torch.randn(33, 90, dtype=dtype, device=device) / 8, torch.randn(33, dtype=dtype, device=device)
+    entry = grads_match(lambda x, w, b: torch.tanh(F.linear(x, w, b)), x, w, b)
+    assert ROW_FORM in entry.forward.source and ROW_FORM not in entry.backward.source
+
+
+@pytest.mark.gpu
+def test_one_row_products_run_as_the_template_by_default_on_cuda():
+    """On CUDA the default setting ("library") still runs a one-row product read along K as the
+    template (config "matmul_rows", K >= "matmul_row_min_k"), a decoding step's projections; with
+    matmul_rows off, or a shorter K, cuBLAS."""
+    from minicomp.plan.matmul import choices
+
+    x = torch.randn(1, 1, 1024, device="cuda", dtype=torch.bfloat16)
+    w, b = torch.randn(3000, 1024, device="cuda", dtype=torch.bfloat16) / 32, torch.randn(3000, device="cuda")
+    fn = minicomp.jit(lambda x, w, b: F.gelu(F.linear(x, w, b.to(x.dtype))))
+    with config.override(matmul="library"):
+        torch.testing.assert_close(fn(x, w, b), F.gelu(F.linear(x, w, b.to(x.dtype))), atol=2e-2, rtol=2e-2)
+        source = fn.source(x, w, b)
+        assert ROW_FORM in source and ATEN_MM not in source and "torch.ops.aten.addmm" not in source
+        assert "one row read along K" in choices(fn.compiled(x, w, b).plan)[0]
+        with config.override(matmul_rows=False):
+            assert ROW_FORM not in minicomp.jit(lambda x, w: F.linear(x, w)).source(x, w)
+        short = x[..., :256]
+        assert ROW_FORM not in minicomp.jit(lambda x, w: F.linear(x, w)).source(short, w[:, :256])
+
+
 def test_residual_add_and_cast_to_bf16(device):
     x, w, r = torch.randn(16, 24, device=device), torch.randn(24, 40, device=device), torch.randn(16, 40, device=device)
     check(lambda x, w, r: (x @ w + r).to(torch.bfloat16), x, w, r, kernels=1)

@@ -13,6 +13,7 @@ from conftest import check, kernel_count
 
 import minicomp
 from minicomp import config
+from minicomp.codegen.templates import ENV
 from minicomp.runtime.launch_spec import MatmulLaunch, matmul_tiles
 
 
@@ -81,7 +82,9 @@ def test_kernels_compile_for_sm90(dtype, fn, rows, monkeypatch, tmp_path):
     import minicomp.codegen.matmul as writer
 
     gpu = torch.device("cuda")
-    monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
+    monkeypatch.setattr(
+        writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
+    )
     x, w, b = torch.randn(rows, 80, dtype=dtype), torch.randn(48, 80, dtype=dtype), torch.randn(48, dtype=dtype)
     args = (x, w, b) + ((torch.randn(64, 48, dtype=dtype),) if fn is _chain else ())
     with config.override(matmul="template"):
@@ -89,7 +92,8 @@ def test_kernels_compile_for_sm90(dtype, fn, rows, monkeypatch, tmp_path):
     assert kernel_count(source) == 1 and ("(chained)" in source) == (fn is _chain)
     kernel = re.search(r"^@triton\.jit\ndef (mc_\w+)\((.*?)\):.*?(?=^launch_)", source, flags=re.M | re.S)
     path = tmp_path / "kernel.py"
-    path.write_text("import triton\nimport triton.language as tl\n" + kernel.group(0))
+    helpers = ENV.get_template("combine.py.j2").render()  # the one-row form sums with `_sum`
+    path.write_text("import triton\nimport triton.language as tl\n" + helpers + kernel.group(0))
     spec = importlib.util.spec_from_file_location("kernel", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -198,7 +202,9 @@ def test_every_gpu_tile_computes_the_product_in_the_interpreter(monkeypatch):
     from minicomp.runtime.launch import _INTERPRETER_LOCK
 
     gpu = torch.device("cuda")
-    monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
+    monkeypatch.setattr(
+        writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
+    )
     x, w, b = torch.randn(300, 100), torch.randn(200, 100), torch.randn(200)
     fn = lambda x, w, b: torch.relu(torch.nn.functional.linear(x, w, b))  # noqa: E731
     with config.override(matmul="template"):
@@ -221,7 +227,9 @@ def test_every_gpu_tile_of_a_bmm_in_the_interpreter(monkeypatch):
     from minicomp.runtime.launch import _INTERPRETER_LOCK
 
     gpu = torch.device("cuda")
-    monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
+    monkeypatch.setattr(
+        writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
+    )
     q, k = torch.randn(3, 150, 40), torch.randn(3, 90, 40)
     fn = lambda q, k: torch.bmm(q, k.transpose(1, 2)) * 0.5  # noqa: E731
     with config.override(matmul="template"):
@@ -257,7 +265,9 @@ def test_every_gpu_tile_with_a_prologue_in_the_interpreter(monkeypatch):
     from minicomp.runtime.launch import _INTERPRETER_LOCK
 
     gpu = torch.device("cuda")
-    monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
+    monkeypatch.setattr(
+        writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
+    )
     x, s, w, b = torch.randn(300, 100), torch.randn(100), torch.randn(200, 100), torch.randn(200)
     fn = lambda x, s, w, b: torch.relu(torch.nn.functional.linear(x * s, w, b))  # noqa: E731
     with config.override(matmul="template"):
@@ -282,7 +292,9 @@ def test_every_gpu_tile_of_a_chain_in_the_interpreter(monkeypatch):
     from minicomp.runtime.launch import _INTERPRETER_LOCK
 
     gpu = torch.device("cuda")
-    monkeypatch.setattr(writer, "matmul_tiles", lambda m, n, k, size, device: matmul_tiles(m, n, k, size, gpu))
+    monkeypatch.setattr(
+        writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
+    )
     x = torch.randn(300, 100)
     w1, b1, w2, w3 = torch.randn(72, 100) / 10, torch.randn(72), torch.randn(40, 72) / 8, torch.randn(24, 40) / 6
 
@@ -333,3 +345,70 @@ def test_auto_takes_an_mlps_last_layer_into_its_chain(monkeypatch):
         assert list(ends) == [e for e in externs if e not in chosen] and "chained to" in next(iter(ends.values()))
         with config.override(matmul_chain_width=32):
             assert chain_ends(plan, externs, readers, chosen) == {}
+
+
+def test_one_row_tiles_and_their_heuristic():
+    """A product of one row whose b is read along K takes ROW_TILES (one row a program, no tl.dot's
+    16), blocks clamped to the sizes; the launch's default is the first tile, and on the CPU one tile."""
+    from minicomp.runtime.launch_spec import ROW_TILES, one_row
+
+    cuda = torch.device("cuda")
+    assert one_row(1, (1, 2048)) and not one_row(1, (2048, 1)) and not one_row(2, (1, 2048))
+    assert matmul_tiles(1, 2048, 2048, 2, cuda, row=True) == ROW_TILES
+    small = matmul_tiles(1, 3, 300, 2, cuda, row=True)
+    assert all(t[0] == 1 and t[1] <= 4 and t[2] <= 512 for t in small) and len(set(small)) == len(small)
+    spec = MatmulLaunch(batch=1, m=1, n=2048, k=2048, tiles=ROW_TILES)
+    assert spec.heuristic(cuda) == (1, ROW_TILES[0][3]) and spec.grid(1) == 2048 // ROW_TILES[0][1]
+    assert matmul_tiles(1, 48, 80, 4, torch.device("cpu"), row=True) == ((1, 16, 64, 1, 1),)
+
+
+@pytest.mark.parametrize("prologue", [False, True])
+def test_every_gpu_row_tile_in_the_interpreter(monkeypatch, prologue):
+    """The one-row form at each GPU tile, K's tail masked (K = 700: one step of 1024, two of 512),
+    N odd, a bias and ReLU epilogue; with a prologue the row is computed as it is loaded (x * s)."""
+    import minicomp.codegen.matmul as writer
+    from minicomp.runtime.launch import _INTERPRETER_LOCK
+
+    gpu = torch.device("cuda")
+    monkeypatch.setattr(
+        writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
+    )
+    x, s, w, b = torch.randn(1, 700), torch.randn(700), torch.randn(37, 700), torch.randn(37)
+    fn = (
+        (lambda x, s, w, b: torch.relu(torch.nn.functional.linear(x * s, w, b)))
+        if prologue
+        else (lambda x, s, w, b: torch.relu(torch.nn.functional.linear(x, w, b)))
+    )
+    with config.override(matmul="template"):
+        compiled = minicomp.jit(fn).compiled(x, s, w, b)
+    [call] = compiled.kernels
+    launch = compiled.launch(call)
+    assert "one row of a times b" in compiled.source and "tl.dot(" not in compiled.source
+    assert ("a computed as it is loaded" in compiled.source) == prologue
+    assert {t[0] for t in launch.spec.tiles} == {1} and len(launch.spec.tiles) >= 4
+    values = {"x": x, "s": s, "w": w, "b": b}
+    values.update({n: w.t() for n in call.buffers if n not in values and n not in call.writes})
+    for i in range(len(launch.spec.tiles)):
+        out = torch.full((1, 37), float("nan"))
+        args = call.arguments({**values, call.writes[0]: out})
+        with _INTERPRETER_LOCK:
+            launch.kernel[(launch.spec.grid(1 << i),)](*args, TILE=1 << i, num_warps=4)
+        # (sums of 700 products in another order than ATen's)
+        torch.testing.assert_close(out, fn(x, s, w, b), atol=1e-4, rtol=1e-5, msg=f"tile {launch.spec.tiles[i]}")
+
+
+def test_the_timed_probe_of_one_row():
+    """runtime/matmul_choice.py times the one-row form too: a row of 300 against a [37, 300]
+    weight's transpose, in the interpreter."""
+    from minicomp.runtime import matmul_choice
+    from minicomp.runtime.launch import _INTERPRETER_LOCK
+
+    a, w = torch.randn(1, 300), torch.randn(37, 300)
+    layouts = [(tuple(t.shape), t.stride()) for t in (a, w.t())]
+    tiles = matmul_tiles(1, 37, 300, 4, torch.device("cpu"), row=True)
+    kernel = matmul_choice._kernel(torch.float32, torch.device("cpu"), *layouts, tiles, True)
+    out = torch.empty(1, 37)
+    spec = MatmulLaunch(batch=1, m=1, n=37, k=300, tiles=tiles)
+    with _INTERPRETER_LOCK:
+        kernel[(spec.grid(1),)](a, w.t(), out, out.numel(), TILE=1, num_warps=1)
+    torch.testing.assert_close(out, a @ w.t())
