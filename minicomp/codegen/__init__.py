@@ -5,9 +5,10 @@ cache never generates code, and importing the writers, the lowering table and th
 templates costs it time at start-up.
 
 Each kernel kind has its writer: pointwise.py, reduction.py, scatter.py (atomic adds at the
-indexes a tensor holds), matmul.py (a tl.dot template, its epilogue in the store); kernel.py is
-what they share, module.py the wrapper around them; alike.py says which kernels of a module are
-the same but for their names (one Launch for them: identical layers compile once).
+indexes a tensor holds), matmul.py (a tl.dot template, its epilogue in the store; one row without
+tl.dot); kernel.py is what they share, module.py the wrapper around them; alike.py says which
+kernels of a module are the same but for their names (one Launch for them: identical layers
+compile once); row_products.py puts independent one-row templates in one launch.
 """
 
 __all__ = ["render_module"]

@@ -144,13 +144,10 @@ class OperandWriter(KernelWriter):
         along_k = cols if place.k_axis == 1 else rows
         mask = f"{self.root_mask} = {along_k} < {meta.shape[-1] if place.k_axis == 1 else meta.shape[-2]}"
         zero = "0" if meta.dtype in (torch.int32, torch.int64) else "0.0"
-        lines = [
-            mask,
-            *defs,
-            *self.plain_loads,
-            *self.lines,
-            f"{self.result} = tl.where({self.root_mask}, {value}, {zero})",
-        ]
+        result = f"tl.where({self.root_mask}, {value}, {zero})"
+        if 1 in meta.shape[-2:]:  # a row (decoding's [1, K]): its index has no term for the tile's rows
+            result = f"tl.broadcast_to({result}, {self.tile})"
+        lines = [mask, *defs, *self.plain_loads, *self.lines, f"{self.result} = {result}"]
         return [resolve_sizes(line) for line in lines]  # literals (a family varies the epilogue's only)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import alike, matmul, pointwise, reduction, scatter, view_layouts
+from minicomp.codegen import alike, matmul, pointwise, reduction, row_products, scatter, view_layouts
 from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
@@ -127,6 +127,7 @@ class _Body:
         for name, i in self.last.items():
             self.dying.setdefault(i, []).append(name)
         self.pending: Piece | None = None  # a kernel whose launch may take the next one along
+        self.rows: list[Piece] = []  # one-row templates waiting to share a launch (codegen/row_products.py)
         self.written: dict[str, str] = {}  # a mutated input's new value -> the input a kernel wrote it into
         self.alike = alike.Alike()  # which earlier kernel each one is alike to
         self.views = view_layouts.Views(plan, self.as_meta)  # extern views made from their root buffer
@@ -136,9 +137,14 @@ class _Body:
         self.uses.append(uses)
 
     def extern(self, at: int, step: Extern) -> None:
-        self.flush()
         node = self.graph[step.node]
         in_place = extern_written_in_place(self.plan, self.storages, at)
+        made = None if in_place is not None or attention_mask(node) else self.views.made(step.node)
+        # a view made of a buffer no waiting one-row template writes does not launch them (a
+        # weight's transposing view between q's, k's and v's products does not part them)
+        waiting = {name for _, kernel in self.rows for name in kernel.stores}
+        if made is None or self.pending or made.root in waiting:
+            self.flush()
         if in_place is not None:  # ATen writes the input's new value into the input itself
             op, dst = in_place
             self.written[step.node] = dst
@@ -146,7 +152,6 @@ class _Body:
             self.line(f"{line}  # the input's new value, written in place", {step.node, *node.inputs()})
             return
         rename = self.aligned_mask(node)
-        made = None if rename else self.views.made(step.node)
         if made is not None:  # a view made from its root buffer at its meta layout: nothing to conform
             if made.line:
                 self.runtime_names.add("reinterpret")
@@ -195,6 +200,14 @@ class _Body:
         if source is None:
             return
         source = self.families.generalize(source)
+        if row_products.piece(source, reused | written):
+            joins = all(_independent(s, step) for _, s in self.rows) and (
+                not self.rows or row_products.same_warps(self.rows[0][0], source)
+            )
+            if self.pending or not joins:
+                self.flush()
+            self.rows.append((source, step))
+            return
         alone = not _combinable(source, reused | written)
         pending = self.pending
         if pending and not alone and _independent(pending[1], step) and _same_offsets(pending[0], source):
@@ -281,10 +294,13 @@ class _Body:
         return f"torch.empty_strided({meta.shape}, {stride}, dtype={meta.dtype}, device={str(meta.device)!r})"
 
     def flush(self) -> None:
-        """Launch the kernel waiting for a partner, alone."""
+        """Launch the kernel waiting for a partner, alone, or the one-row templates waiting, together."""
         if self.pending:
             pending, self.pending = self.pending, None
             self.launch([pending])
+        if self.rows:
+            rows, self.rows = self.rows, []
+            self.launch(rows)
 
     def launch(self, pieces: list[Piece]) -> None:
         launcher = f"launch_{len(self.kernels)}"
@@ -295,6 +311,9 @@ class _Body:
                 **vars(source), spec=repr(spec), launcher=launcher, device=str(self.device)
             )
             args, scalars, name = list(source.args), (source.numel, *source.size_values), source.name
+        elif isinstance(pieces[0][0], matmul.MatmulSource):
+            text, args, scalars, name, spec = row_products.combined(pieces, launcher, self.device)
+            self.runtime_names.add("MatmulLaunch")  # (its spec holds each piece's)
         else:
             text, args, scalars, name, spec = _combo(pieces, launcher, self.device)
         text = _checked(text, self.device)

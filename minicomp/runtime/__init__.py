@@ -1,7 +1,7 @@
 """Runtime: what a generated module imports and what loads it. Never the compiler.
 
 launch.py          Launch: one kernel's launches, coordinating the modules below
-launch_spec.py     Pointwise-, Combined-, Reduction-, Scatter-, MatmulLaunch: a kernel kind's grid and configurations
+launch_spec.py     each kernel kind's launch spec (PointwiseLaunch ... RowProductsLaunch): grid, configurations
 launch_configs.py  the configurations a kernel is launched with and tuned over
 tuning.py          which configuration the first call takes: heuristic, remembered or timed
 matmul_timing.py   a matmul timed as planned and padded: does padding pay on this GPU
@@ -27,7 +27,14 @@ graph_outputs.py   ... what a replay hands back: outputs uncopied, held ones mov
 from minicomp.runtime.allocate import empty_cuda, over_or_empty, reinterpret
 from minicomp.runtime.externs import ExternMismatch, aligned, conform
 from minicomp.runtime.launch import Launch, Reentered, interpreting
-from minicomp.runtime.launch_spec import CombinedLaunch, MatmulLaunch, PointwiseLaunch, ReductionLaunch, ScatterLaunch
+from minicomp.runtime.launch_spec import (
+    CombinedLaunch,
+    MatmulLaunch,
+    PointwiseLaunch,
+    ReductionLaunch,
+    RowProductsLaunch,
+    ScatterLaunch,
+)
 from minicomp.runtime.loader import forget_loaded, load, module_name, module_path, source_hash
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "ExternMismatch",
     "Launch",
     "MatmulLaunch",
+    "RowProductsLaunch",
     "aligned",
     "conform",
     "empty_cuda",

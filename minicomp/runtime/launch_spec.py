@@ -253,4 +253,43 @@ class MatmulLaunch(_Spec):
         return [(1 << i, tile[3]) for i, tile in enumerate(self.tiles)]
 
 
-LaunchSpec = PointwiseLaunch | CombinedLaunch | ReductionLaunch | ScatterLaunch | MatmulLaunch
+@dataclass(frozen=True, repr=False)
+class RowProductsLaunch(_Spec):
+    """Independent one-row matmul templates in one launch (templates/row_products.py.j2; a decoding
+    step's q, k and v projections of one row): each piece's programs after the previous one's,
+    each piece at its first tile, all at that tile's warps. Never tuned: a piece that would be
+    (config "tune_min_numel") keeps a launch of its own."""
+
+    pieces: tuple[MatmulLaunch, ...]
+
+    block_name: ClassVar[str] = "TILE"
+
+    @property
+    def numel(self) -> int:
+        return sum(p.numel for p in self.pieces)
+
+    @property
+    def work(self) -> int:
+        return sum(p.work for p in self.pieces)
+
+    def starts(self) -> list[int]:
+        """The first program of each piece, then the grid."""
+        found = [0]
+        for p in self.pieces:
+            found.append(found[-1] + p.grid(1))
+        return found
+
+    def grid(self, code: int) -> int:
+        return self.starts()[-1]
+
+    def heuristic(self, device: torch.device) -> tuple[int, int]:
+        return 1, 1 if device.type == "cpu" else self.pieces[0].tiles[0][3]
+
+    def candidates(self) -> list[tuple[int, int]]:
+        return [(1, self.pieces[0].tiles[0][3])]
+
+    def tuned(self) -> bool:
+        return False
+
+
+LaunchSpec = PointwiseLaunch | CombinedLaunch | ReductionLaunch | ScatterLaunch | MatmulLaunch | RowProductsLaunch

@@ -139,6 +139,7 @@ def _kernel(dtype, device, a: Layout, b: Layout, tiles, row: bool = False):
         unspecialized=[],
         tiles=tiles,
         row=row,
+        piece=False,
         batch=shape_a[0] if batched else 1,
         m=m,
         n=n,

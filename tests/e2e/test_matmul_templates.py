@@ -111,6 +111,39 @@ def test_a_row_times_a_weight_read_along_k_is_the_one_row_form(device, dtype):
     assert ROW_FORM not in check(lambda x, w: (x @ w).relu(), x, w.t().contiguous(), kernels=1)
 
 
+COMBINED = "in one launch (independent one-row products"  # templates/row_products.py.j2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_row_products_of_one_row_share_a_launch(device, dtype):
+    """A decoding step's q, k and v of one row (codegen/row_products.py): three one-row templates,
+    one launch, each piece with its own epilogue (v's bias and ReLU); a product of another's
+    result, or one its launch would tune (config "tune_min_numel"), launches alone."""
+    x = torch.randn(1, 1, 96, dtype=dtype, device=device)
+    wq, wk, wv = (torch.randn(n, 96, dtype=dtype, device=device) / 8 for n in (96, 32, 40))
+    bv = torch.randn(40, dtype=dtype, device=device)
+
+    def qkv(x, wq, wk, wv, bv):
+        return F.linear(x, wq), F.linear(x, wk), F.linear(x, wv, bv).relu()
+
+    source = check(qkv, x, wq, wk, wv, bv, kernels=1)
+    assert COMBINED in source and source.count("RowProductsLaunch(") == 1 and ROW_FORM in source
+    w1, w2 = torch.randn(200, 96, dtype=dtype, device=device) / 8, torch.randn(32, 200, dtype=dtype, device=device) / 8
+    assert COMBINED not in check(lambda x, w1, w2: F.linear(F.linear(x, w1), w2), x, w1, w2, kernels=2)
+    with config.override(tune_min_numel=96 * 96):
+        assert COMBINED in check(qkv, x, wq, wk, wv, bv, kernels=2)  # q alone, k and v together
+
+
+def test_a_chain_of_one_row(device):
+    """An MLP chain on one row (a decoding step's small MLP): the inner product's operand a row
+    [1, K], whose index has no term for the tile's rows, broadcast to the tile (tl.dot refused
+    its [1, BLOCK_K] shape before)."""
+    x = torch.randn(1, 1, 96, device=device)
+    w1, w2 = torch.randn(96, 96, device=device) / 8, torch.randn(32, 96, device=device) / 8
+    source = check(lambda x, w1, w2: F.linear(F.relu(F.linear(x, w1)), w2), x, w1, w2, kernels=1)
+    assert "(chained)" in source
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gradients_of_a_one_row_product(device, dtype):
     """Training on one row: the forward's product is the one-row form, the backward's (dx = dy @ W

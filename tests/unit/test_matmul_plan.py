@@ -412,3 +412,19 @@ def test_the_timed_probe_of_one_row():
     with _INTERPRETER_LOCK:
         kernel[(spec.grid(1),)](a, w.t(), out, out.numel(), TILE=1, num_warps=1)
     torch.testing.assert_close(out, a @ w.t())
+
+
+def test_row_products_launch_splits_its_programs_among_its_pieces():
+    """RowProductsLaunch (codegen/row_products.py): each piece's programs after the previous one's,
+    at its first tile's warps, never tuned; its repr is the generated line's call."""
+    from minicomp.runtime.launch_spec import RowProductsLaunch
+
+    cuda = torch.device("cuda")
+    pieces = tuple(
+        MatmulLaunch(batch=1, m=1, n=n, k=2048, tiles=matmul_tiles(1, n, 2048, 2, cuda, row=True)[:1])
+        for n in (2048, 512, 512)
+    )
+    spec = RowProductsLaunch(pieces=pieces)
+    assert spec.starts() == [0, 1024, 1280, 1536] and spec.grid(1) == 1536
+    assert spec.heuristic(cuda) == (1, 4) and spec.candidates() == [(1, 4)] and not spec.tuned()
+    assert eval(repr(spec)) == spec and spec.work == (2048 + 512 + 512) * 2048
