@@ -10,7 +10,8 @@
     MINICOMP_COMPILE_THREADS    threads that compile kernels ahead of their first call (compile_pool.py;
                                 a whole number >= 1; default: the CPU count, at most 32)
     MINICOMP_MATMUL             auto | template | library: mm/addmm/bmm as a Triton template with its
-                                epilogue fused, or as ATen (cuBLAS) calls (plan/matmul.py; default library)
+                                epilogue fused, or as ATen (cuBLAS) calls (plan/matmul.py; default library;
+                                on CUDA one row times a weight read along K is a template in each: matmul_rows)
 
 A value that does not parse raises `ConfigError` with a one-line message when
 the setting is first needed (at `jit`, not at `import minicomp`).

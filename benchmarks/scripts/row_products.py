@@ -33,8 +33,9 @@ def gemv_nk(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOC
 
 
 @triton.jit
-def gemv_kn(x_ptr, w_ptr, p_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
-    # partial[s, n] = sum over split s's k of x[k] * w[k, n]; w N-contiguous ([K, N], Conv1D's weight)
+def kn_partial(x_ptr, w_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+    # (columns rn, partial[s, rn]): the sum over split s's k of x[k] * w[k, n]; w N-contiguous
+    # ([K, N], Conv1D's weight); s = program_id(1)
     pid = tl.program_id(0)
     s = tl.program_id(1)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -46,7 +47,13 @@ def gemv_kn(x_ptr, w_ptr, p_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOC
         w = tl.load(w_ptr + rk[:, None] * N + rnw[None, :])
         x = tl.load(x_ptr + rk)
         acc += w.to(tl.float32) * x.to(tl.float32)[:, None]
-    y = tl.sum(acc, axis=0)
+    return rn, tl.sum(acc, axis=0)
+
+
+@triton.jit
+def gemv_kn(x_ptr, w_ptr, p_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+    s = tl.program_id(1)
+    rn, y = kn_partial(x_ptr, w_ptr, N, K, BLOCK_N, BLOCK_K, SPLIT)
     if SPLIT == 1:
         tl.store(p_ptr + rn, y.to(p_ptr.dtype.element_ty), mask=rn < N)
     else:

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(__file__))
-from row_products import graph_time  # noqa: E402
+from row_products import graph_time, kn_partial  # noqa: E402
 
 
 @triton.jit
@@ -78,16 +78,7 @@ def gemv_kn_fixup(
 ):
     pid = tl.program_id(0)
     s = tl.program_id(1)
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    rnw = rn % N
-    per: tl.constexpr = K // SPLIT
-    acc = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.float32)
-    for k in tl.range(s * per, s * per + per, BLOCK_K):
-        rk = k + tl.arange(0, BLOCK_K)
-        w = tl.load(w_ptr + rk[:, None] * N + rnw[None, :])
-        x = tl.load(x_ptr + rk)
-        acc += w.to(tl.float32) * x.to(tl.float32)[:, None]
-    y = tl.sum(acc, axis=0)
+    rn, y = kn_partial(x_ptr, w_ptr, N, K, BLOCK_N, BLOCK_K, SPLIT)
     tl.store(p_ptr + s * N + rn, y, mask=rn < N)
     done = tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel")
     if done == SPLIT - 1:

@@ -261,6 +261,15 @@ def test_tiles_fit_shared_memory_with_a_prologue():
 
 def test_every_gpu_tile_with_a_prologue_in_the_interpreter(monkeypatch):
     """The operand computed in the K loop (x * s), each GPU tile, K's tail masked (K = 100)."""
+    x, s, w, b = torch.randn(300, 100), torch.randn(100), torch.randn(200, 100), torch.randn(200)
+    fn = lambda x, s, w, b: torch.relu(torch.nn.functional.linear(x * s, w, b))  # noqa: E731
+    compiled, _ = _at_each_gpu_tile(monkeypatch, fn, x, s, w, b)
+    assert "a computed as it is loaded" in compiled.source
+
+
+def _at_each_gpu_tile(monkeypatch, fn, x, s, w, b, **tolerance):
+    """`fn(x, s, w, b)`, a linear of w compiled as one template for the GPU's tiles, run at each
+    tile in the interpreter against eager; (the compiled signature, its launch)."""
     import minicomp.codegen.matmul as writer
     from minicomp.runtime.launch import _INTERPRETER_LOCK
 
@@ -268,21 +277,20 @@ def test_every_gpu_tile_with_a_prologue_in_the_interpreter(monkeypatch):
     monkeypatch.setattr(
         writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
     )
-    x, s, w, b = torch.randn(300, 100), torch.randn(100), torch.randn(200, 100), torch.randn(200)
-    fn = lambda x, s, w, b: torch.relu(torch.nn.functional.linear(x * s, w, b))  # noqa: E731
     with config.override(matmul="template"):
         compiled = minicomp.jit(fn).compiled(x, s, w, b)
     [call] = compiled.kernels
     launch = compiled.launch(call)
-    assert "a computed as it is loaded" in compiled.source
     values = {"x": x, "s": s, "w": w, "b": b}
     values.update({n: w.t() for n in call.buffers if n not in values and n not in call.writes})
+    expected = fn(x, s, w, b)
     for i in range(len(launch.spec.tiles)):
-        out = torch.full((300, 200), float("nan"))
+        out = torch.full(expected.shape, float("nan"))
         args = call.arguments({**values, call.writes[0]: out})
         with _INTERPRETER_LOCK:
             launch.kernel[(launch.spec.grid(1 << i),)](*args, TILE=1 << i, num_warps=4)
-        torch.testing.assert_close(out, fn(x, s, w, b), msg=f"tile {launch.spec.tiles[i]}")
+        torch.testing.assert_close(out, expected, msg=f"tile {launch.spec.tiles[i]}", **tolerance)
+    return compiled, launch
 
 
 def test_every_gpu_tile_of_a_chain_in_the_interpreter(monkeypatch):
@@ -366,35 +374,17 @@ def test_one_row_tiles_and_their_heuristic():
 def test_every_gpu_row_tile_in_the_interpreter(monkeypatch, prologue):
     """The one-row form at each GPU tile, K's tail masked (K = 700: one step of 1024, two of 512),
     N odd, a bias and ReLU epilogue; with a prologue the row is computed as it is loaded (x * s)."""
-    import minicomp.codegen.matmul as writer
-    from minicomp.runtime.launch import _INTERPRETER_LOCK
-
-    gpu = torch.device("cuda")
-    monkeypatch.setattr(
-        writer, "matmul_tiles", lambda m, n, k, size, device, **kw: matmul_tiles(m, n, k, size, gpu, **kw)
-    )
     x, s, w, b = torch.randn(1, 700), torch.randn(700), torch.randn(37, 700), torch.randn(37)
     fn = (
         (lambda x, s, w, b: torch.relu(torch.nn.functional.linear(x * s, w, b)))
         if prologue
         else (lambda x, s, w, b: torch.relu(torch.nn.functional.linear(x, w, b)))
     )
-    with config.override(matmul="template"):
-        compiled = minicomp.jit(fn).compiled(x, s, w, b)
-    [call] = compiled.kernels
-    launch = compiled.launch(call)
+    # (sums of 700 products in another order than ATen's)
+    compiled, launch = _at_each_gpu_tile(monkeypatch, fn, x, s, w, b, atol=1e-4, rtol=1e-5)
     assert "one row of a times b" in compiled.source and "tl.dot(" not in compiled.source
     assert ("a computed as it is loaded" in compiled.source) == prologue
     assert {t[0] for t in launch.spec.tiles} == {1} and len(launch.spec.tiles) >= 4
-    values = {"x": x, "s": s, "w": w, "b": b}
-    values.update({n: w.t() for n in call.buffers if n not in values and n not in call.writes})
-    for i in range(len(launch.spec.tiles)):
-        out = torch.full((1, 37), float("nan"))
-        args = call.arguments({**values, call.writes[0]: out})
-        with _INTERPRETER_LOCK:
-            launch.kernel[(launch.spec.grid(1 << i),)](*args, TILE=1 << i, num_warps=4)
-        # (sums of 700 products in another order than ATen's)
-        torch.testing.assert_close(out, fn(x, s, w, b), atol=1e-4, rtol=1e-5, msg=f"tile {launch.spec.tiles[i]}")
 
 
 def test_the_timed_probe_of_one_row():
