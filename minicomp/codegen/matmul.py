@@ -82,7 +82,7 @@ class MatmulSource(KernelSource):
     upcast: str  # `.to(tl.float32)` of 16-bit operands in Triton's interpreter, whose tl.dot reads bf16 wrong
     a_prologue: list[str] = field(default_factory=list)  # the lines that compute an operand inline
     b_prologue: list[str] = field(default_factory=list)  # (in the K loop: plan/matmul.py `_prologues`)
-    piece: bool = False  # a piece of a combined launch (codegen/module.py): `pid` a parameter, no Launch of its own
+    piece: bool = False  # a piece of a shared launch (codegen/row_products.py): `pid` a parameter, no Launch
 
     def launch_spec(self) -> MatmulLaunch:
         return MatmulLaunch(batch=self.batch, m=self.m, n=self.n, k=self.k, tiles=self.tiles)

@@ -145,8 +145,8 @@ class OperandWriter(KernelWriter):
         mask = f"{self.root_mask} = {along_k} < {meta.shape[-1] if place.k_axis == 1 else meta.shape[-2]}"
         zero = "0" if meta.dtype in (torch.int32, torch.int64) else "0.0"
         result = f"tl.where({self.root_mask}, {value}, {zero})"
-        if 1 in meta.shape[-2:]:  # a row (decoding's [1, K]): its index has no term for the tile's rows
-            result = f"tl.broadcast_to({result}, {self.tile})"
+        if not {self.rank - 2, self.rank - 1} <= {v.dim for v in self.vars}:  # no term for an axis of
+            result = f"tl.broadcast_to({result}, {self.tile})"  # the tile: a row [1, K], a broadcast
         lines = [mask, *defs, *self.plain_loads, *self.lines, f"{self.result} = {result}"]
         return [resolve_sizes(line) for line in lines]  # literals (a family varies the epilogue's only)
 

@@ -32,8 +32,8 @@ from minicomp.runtime import cache
 
 def key(fingerprint: str, signature) -> str:
     """The entry's name: the function, the call's signature and the settings that change what is
-    generated for them (MINICOMP_MATMUL: a template or ATen's matmul)."""
-    settings = f"matmul={config.get('matmul')}"
+    generated for them (MINICOMP_MATMUL: a template or ATen's matmul; whether one row is a template)."""
+    settings = f"matmul={config.get('matmul')} rows={config.get('matmul_rows')}>={config.get('matmul_row_min_k')}"
     return hashlib.sha256(f"{fingerprint}\x00{signature!r}\x00{settings}".encode()).hexdigest()[:32]
 
 

@@ -111,11 +111,12 @@ def _row_product(graph: Graph, name: str) -> bool:
     """Whether matmul `name` is a product of one row whose b is read along K, on CUDA, that config
     "matmul_rows" runs as the template's one-row form in any setting: a decoding step's projections
     (cuBLAS took 1.1-2.2x its time at every one measured, docs/experiments.md)."""
+    if not config.get("matmul_rows") or refusal(graph, name) is not None:
+        return False
     meta = graph[name].meta
     a, b, _ = operands(graph, name)
     return (
-        bool(config.get("matmul_rows"))
-        and meta.device.type == "cuda"
+        meta.device.type == "cuda"
         and one_row(meta.shape[-2], graph[b].meta.stride)
         and graph[a].meta.shape[-1] >= config.get("matmul_row_min_k")
     )

@@ -184,8 +184,8 @@ def one_row(m: int, b_strides: tuple[int, ...]) -> bool:
 def matmul_tiles(m: int, n: int, k: int, itemsize: int, device: torch.device, row: bool = False) -> tuple[Tile, ...]:
     """The tile shapes a matmul template is written for (at most 5: its launch times them on a
     GPU; SKINNY_TILES for at most 16 rows, ROW_TILES for the one-row form, `row`). Each block is at
-    most the size's next power of two (at least 16, tl.dot's least); Triton's interpreter (CPU)
-    runs one, as large as the sizes, up to 64."""
+    most the size's next power of two (at least 16, tl.dot's least, but in the one-row form);
+    Triton's interpreter (CPU) runs one, as large as the sizes, up to 64."""
 
     def fit(block: int, size: int, least: int = 16) -> int:
         return min(block, max(least, 1 << max(size - 1, 0).bit_length()))
@@ -239,7 +239,7 @@ class MatmulLaunch(_Spec):
 
     def heuristic(self, device: torch.device) -> tuple[int, int]:
         """The largest tile that still gives about two programs an SM (132 on an H100), else the
-        one giving the most programs."""
+        one giving the most programs; the one-row form's first tile (ROW_TILES)."""
         if device.type == "cpu":
             return 1, 1
         if self.tiles[0][0] == 1:  # the one-row form: its first tile (ROW_TILES)
@@ -283,7 +283,7 @@ class RowProductsLaunch(_Spec):
         return self.starts()[-1]
 
     def heuristic(self, device: torch.device) -> tuple[int, int]:
-        return 1, 1 if device.type == "cpu" else self.pieces[0].tiles[0][3]
+        return (1, 1) if device.type == "cpu" else (1, self.pieces[0].tiles[0][3])
 
     def candidates(self) -> list[tuple[int, int]]:
         return [(1, self.pieces[0].tiles[0][3])]

@@ -95,11 +95,18 @@ def _matmuls(compiled: Compiled, tag: str) -> list[tuple[str, str]]:
     template's tile candidates' measured times (its tuning record)."""
     from minicomp.plan.matmul import choices
     from minicomp.runtime import cache
+    from minicomp.runtime.launch_spec import RowProductsLaunch
 
     lines = choices(compiled.plan)
     for call in compiled.kernels:
         launch = compiled.launch(call)
         if call.kind == "matmul" and launch.device.type == "cuda" and launch.config is not None:
+            if isinstance(launch.spec, RowProductsLaunch):  # one-row templates sharing a launch, untuned
+                tiles = [piece.tiles[0][:3] for piece in launch.spec.pieces]
+                lines.append(
+                    f"  {call.name}: one launch of one-row templates at tiles {tiles}, {launch.config[1]} warps"
+                )
+                continue
             record = cache.read_record(launch.records.tuning_path(launch.spec.numel)) or {}
             timed = {  # "TILExwarps" -> ms, as tuning.py records it
                 str(launch.spec.tile(int(k.split("x")[0]))[:3]): f"{ms:.4f} ms"

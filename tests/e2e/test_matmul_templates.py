@@ -134,6 +134,32 @@ def test_one_row_products_of_one_row_share_a_launch(device, dtype):
         assert COMBINED in check(qkv, x, wq, wk, wv, bv, kernels=2)  # q alone, k and v together
 
 
+def test_explain_names_a_shared_launch_of_one_row_products():
+    """`explain`'s matmul section on a GPU, after the first call, reads each template launch's
+    tuning; a shared launch of one-row templates has none (RowProductsLaunch): it names their tiles
+    (it raised AttributeError). The GPU is stood in for by the launch's device and configuration."""
+    from minicomp.runtime.launch_spec import RowProductsLaunch
+    from minicomp.tools.explain import _matmuls
+
+    x, wq, wk = torch.randn(1, 64), torch.randn(64, 64), torch.randn(32, 64)
+    compiled = minicomp.jit(lambda x, wq, wk: (F.linear(x, wq), F.linear(x, wk))).compiled(x, wq, wk)
+    [call] = compiled.kernels
+    launch = compiled.launch(call)
+    assert isinstance(launch.spec, RowProductsLaunch)
+    launch.device, launch.config = torch.device("cuda"), (1, 4)
+    [(_, text)] = _matmuls(compiled, "")
+    assert "one launch of one-row templates at tiles" in text and "4 warps" in text
+
+
+def test_an_operand_broadcast_along_the_tile_is_computed_at_the_whole_tile(device):
+    """A computed operand that does not vary along one of its tile's axes (a column expanded over
+    N, a row [1, K]) is broadcast to the tile before tl.dot (which refused its shape), whatever M."""
+    v = torch.randn(96, device=device)
+    for rows in (1, 2, 16):
+        x = torch.randn(rows, 96, device=device)
+        check(lambda x, v: x @ (v.unsqueeze(1).expand(96, 40) * 2), x, v, kernels=1)
+
+
 def test_a_chain_of_one_row(device):
     """An MLP chain on one row (a decoding step's small MLP): the inner product's operand a row
     [1, K], whose index has no term for the tile's rows, broadcast to the tile (tl.dot refused

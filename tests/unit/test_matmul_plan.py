@@ -418,3 +418,16 @@ def test_row_products_launch_splits_its_programs_among_its_pieces():
     assert spec.starts() == [0, 1024, 1280, 1536] and spec.grid(1) == 1536
     assert spec.heuristic(cuda) == (1, 4) and spec.candidates() == [(1, 4)] and not spec.tuned()
     assert eval(repr(spec)) == spec and spec.work == (2048 + 512 + 512) * 2048
+
+
+def test_the_persistent_key_holds_the_one_row_settings():
+    """A second process that turns the one-row template off (config matmul_rows, or a larger
+    matmul_row_min_k) does not load a module an earlier one stored with it (dispatch/persist.py)."""
+    from minicomp.dispatch import persist
+
+    base = persist.key("fingerprint", ("signature",))
+    with config.override(matmul_rows=False):
+        assert persist.key("fingerprint", ("signature",)) != base
+    with config.override(matmul_row_min_k=1 << 20):
+        assert persist.key("fingerprint", ("signature",)) != base
+    assert persist.key("fingerprint", ("signature",)) == base
