@@ -103,7 +103,7 @@ class Families:
 
     def _find(self, source: KernelSource, between: list[str]) -> Family | None:
         """The family of a kernel whose text around its sizes is `between` (lock held)."""
-        exact = (source.name, source.wide_index, tuple(between))
+        exact = _exact(source, between)
         family = self._families.get(exact)
         if family is not None or not self.match_renamed:
             return family
@@ -132,7 +132,7 @@ class Families:
             family = self._find(source, between)
             if family is None:
                 family = Family(literals, between, list(source.params), source.renamable)
-                self._families[(source.name, source.wide_index, tuple(between))] = family
+                self._families[_exact(source, between)] = family
             if literals == family.first:  # the first member keeps its constants (and its names)
                 if between == family.between and source.params == family.params:
                     return resolved(source)
@@ -180,3 +180,12 @@ def alpha_key(params: list[str], between: list[str]) -> str | None:
 def resolved(source: KernelSource) -> KernelSource:
     """`source` with its sizes written as plain literals (a kernel outside any family)."""
     return replace(source, body=[resolve_sizes(line) for line in source.body])
+
+
+def _exact(source: KernelSource, between: list[str]) -> tuple:
+    """A family's key: the kernel's name, index width and text around its sizes; for a kind whose
+    template names its parameters outside the body (a matmul's `a_pointer`), its parameters too: a
+    member can take no other names (a backward's `mm` of the tangents is not the forward's `mm`
+    of another value, though their epilogues read alike)."""
+    skeleton = tuple(between) if source.renamable else (tuple(between), tuple(source.params))
+    return (source.name, source.wide_index, skeleton)

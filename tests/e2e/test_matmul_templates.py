@@ -170,6 +170,21 @@ def test_a_chain_of_one_row(device):
     assert "(chained)" in source
 
 
+def test_a_backward_matmul_alike_to_a_forward_one_keeps_its_operands(device):
+    """Forward and backward share kernel families: a backward template (`tangents @ w`) named and
+    written like a forward one (`relu @ w`: the same epilogue text) is its own family, as its
+    template names its operands outside the body (it read the forward's parameter names, an
+    unassigned `tangents_1_ptr`, before)."""
+
+    def layers(x, wq1, wk1, wv1, wq2, wk2, wv2):
+        h = (F.linear(x, wq1) + F.linear(x, wk1) + F.linear(x, wv1)).relu()
+        return F.linear(h, wq2) * F.linear(h, wk2) + F.linear(h, wv2)
+
+    weights = [torch.randn(96, 96, device=device) / 8 for _ in range(6)]
+    entry = grads_match(layers, torch.randn(1, 96, device=device), *weights)
+    assert "RowProductsLaunch(" in entry.forward.source
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gradients_of_a_one_row_product(device, dtype):
     """Training on one row: the forward's product is the one-row form, the backward's (dx = dy @ W
