@@ -8,7 +8,8 @@ Each kernel kind has its writer: pointwise.py, reduction.py, scatter.py (atomic 
 indexes a tensor holds), matmul.py (a tl.dot template, its epilogue in the store; one row without
 tl.dot); kernel.py is what they share, module.py the wrapper around them; alike.py says which
 kernels of a module are the same but for their names (one Launch for them: identical layers
-compile once); row_products.py puts independent one-row templates in one launch.
+compile once); combo.py and row_products.py put independent pointwise kernels, and one-row
+templates, in one launch.
 """
 
 __all__ = ["render_module"]

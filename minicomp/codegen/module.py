@@ -20,11 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import alike, matmul, pointwise, reduction, row_products, scatter, view_layouts
+from minicomp.codegen import alike, combo, matmul, pointwise, reduction, row_products, scatter, view_layouts
 from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
-from minicomp.codegen.pointwise import PointwiseSource
 from minicomp.codegen.reuse import extern_written_in_place, reused_in_place, scatter_written_in_place, written_in_place
 from minicomp.codegen.templates import ENV
 from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, safe_name
@@ -35,7 +34,6 @@ from minicomp.plan.padded_writes import border
 from minicomp.plan.steps import MatmulKernel, PointwiseKernel, ReductionKernel, ScatterKernel
 from minicomp.plan.storages import Storages
 from minicomp.plan.storages import uses as step_uses
-from minicomp.runtime.launch_spec import CombinedLaunch, LaunchSpec
 
 # the plan's kernel class -> its writer; each writer's source names its template and launch spec
 WRITERS: dict[type, Callable[[Plan, Kernel], KernelSource]] = {
@@ -201,16 +199,16 @@ class _Body:
             return
         source = self.families.generalize(source)
         if row_products.piece(source, reused | written):
-            joins = all(_independent(s, step) for _, s in self.rows) and (
+            joins = all(combo.independent(s, step) for _, s in self.rows) and (
                 not self.rows or row_products.same_warps(self.rows[0][0], source)
             )
             if self.pending or not joins:
                 self.flush()
             self.rows.append((source, step))
             return
-        alone = not _combinable(source, reused | written)
+        alone = not combo.combinable(source, reused | written)
         pending = self.pending
-        if pending and not alone and _independent(pending[1], step) and _same_offsets(pending[0], source):
+        if pending and not alone and combo.independent(pending[1], step) and combo.same_offsets(pending[0], source):
             self.pending = None
             self.launch([pending, (source, step)])
             return
@@ -315,7 +313,7 @@ class _Body:
             text, args, scalars, name, spec = row_products.combined(pieces, launcher, self.device)
             self.runtime_names.add("MatmulLaunch")  # (its spec holds each piece's)
         else:
-            text, args, scalars, name, spec = _combo(pieces, launcher, self.device)
+            text, args, scalars, name, spec = combo.combined(pieces, launcher, self.device)
         text = _checked(text, self.device)
         self.runtime_names.add(type(spec).__name__)
         first = self.alike.first(text, self.signature(args, scalars), launcher)  # one Launch binds one binary
@@ -344,46 +342,6 @@ class _Body:
         wrapper = freed(wrapper, uses, self.graph)
         outputs = [o if isinstance(o, str) else repr(o) for o in self.graph.outputs]
         return wrapper + [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
-
-
-def _combinable(source: KernelSource, reused: dict[str, str]) -> bool:
-    """Whether a kernel may share a launch with a neighbour (two iteration spaces, RoPE's q with
-    32 heads and k with 8, are two kernels; one launch has one tail, not two): a pointwise
-    kernel without runtime sizes (a family member keeps its own launch), not writing in place
-    (reuse.py) and walking its blocks in order (codegen/plane_order.py). The caller also asks
-    the pair to be independent and to write the same elements per offset (`parts`). The second
-    kernel's outputs are then allocated before the first runs."""
-    return isinstance(source, PointwiseSource) and not source.sizes and not reused and not source.planes
-
-
-def _independent(first: Kernel, second: Kernel) -> bool:
-    """Neither reads what the other writes: their programs may run in any order."""
-    return not (set(second.loads) & set(first.stores) or set(first.loads) & set(second.stores))
-
-
-def _same_offsets(first: PointwiseSource, second: PointwiseSource) -> bool:
-    """Whether two kernels index alike: both int32 or both int64 offsets, as many parts an offset."""
-    return (first.wide_index, first.parts) == (second.wide_index, second.parts)
-
-
-def _combo(pieces: list[Piece], launcher: str, device) -> tuple[str, list[str], tuple, str, LaunchSpec]:
-    """(text, buffers, scalars, name, launch spec) of one launch for two pointwise kernels
-    (templates/combo.py.j2): each kernel's body becomes a @triton.jit function of its own (its
-    names stay its own), called by the programs of its range."""
-    buffers = list(dict.fromkeys(b for source, _ in pieces for b in source.args))
-    name = "_".join(source.name for source, _ in pieces)[:120]
-    numels = tuple(source.numel for source, _ in pieces)
-    spec = CombinedLaunch(pieces=numels, parts=pieces[0][0].parts)
-    text = ENV.get_template("combo.py.j2").render(
-        pieces=[source for source, _ in pieces],
-        calls=[[f"{b}_ptr" for b in source.args] for source, _ in pieces],
-        name=name,
-        params=[f"{b}_ptr" for b in buffers],
-        spec=repr(spec),
-        launcher=launcher,
-        device=str(device),
-    )
-    return text, buffers, numels, name, spec
 
 
 def _input_line(graph, name: str) -> str:

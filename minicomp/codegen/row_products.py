@@ -4,7 +4,7 @@ A decoding step multiplies one row by several weights: a Llama layer's normed ro
 v projections. Each is a one-row template (codegen/matmul.py), reading its weight once in a few
 microseconds; as three launches, each pays its own ramp and tail on the GPU. The module's writer
 (codegen/module.py) gathers consecutive one-row templates that may share a launch (`piece`) and
-that neither read what another writes (its `_independent`), and launches them together: each is
+that neither read what another writes (codegen/combo.py `independent`), and launches them: each is
 rendered as a @triton.jit function that takes its program id (`piece=True`), at its first tile
 (ROW_TILES' default), and the launch's programs are split among them in order (RowProductsLaunch).
 A template that its launch would tune (config "tune_min_numel": a vocabulary's head) keeps a

@@ -4,7 +4,7 @@
     combine.py.j2     the @triton.jit helpers reductions combine partial results with (included)
     pointwise.py.j2   a pointwise kernel: one flat index space, 1-D grid
     reduction.py.j2   a reduction kernel: rows of a reduction space, XBLOCK rows a program
-    combo.py.j2       two independent pointwise kernels in one launch (codegen/module.py `_combinable`)
+    combo.py.j2       two independent pointwise kernels in one launch (codegen/combo.py)
     matmul.py.j2      a matmul: tl.dot over K a tile a program (one row: without), the epilogue's lines before its store
     row_products.py.j2  one-row matmuls in one launch, each piece's programs after the previous one's
 
