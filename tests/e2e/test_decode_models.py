@@ -39,3 +39,22 @@ def test_one_token_generation_matches_eager(device, make):
         model.forward = torch.compile(model.forward, backend="minicomp")
         actual = model.generate(prompt, max_new_tokens=4, do_sample=False)
     torch.testing.assert_close(actual, expected)
+
+
+def test_llama_generation_with_every_matmul_a_template(device, tmp_path, monkeypatch):
+    """The same with every matmul a Triton template: a decoding step's projections of one row take
+    the one-row form, and a layer's q, k and v share one launch (codegen/row_products.py)."""
+    from minicomp import config
+
+    monkeypatch.setenv("MINICOMP_DEBUG_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    model = _llama().to(device).eval()
+    prompt = torch.randint(0, 1000, (1, 7), device=device)
+    with torch.no_grad(), config.override(matmul="template"):
+        expected = model.generate(prompt, max_new_tokens=3, do_sample=False)
+        torch._dynamo.reset()
+        model.forward = torch.compile(model.forward, backend="minicomp")
+        actual = model.generate(prompt, max_new_tokens=3, do_sample=False)
+    torch.testing.assert_close(actual, expected)
+    modules = "\n".join(p.read_text() for p in tmp_path.iterdir())
+    assert "one row of a times b" in modules and "RowProductsLaunch(" in modules
