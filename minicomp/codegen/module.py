@@ -22,6 +22,7 @@ import torch
 
 from minicomp.codegen import alike, combo, matmul, pointwise, reduction, row_products, scatter, view_layouts
 from minicomp.codegen.assigned import check_assigned
+from minicomp.codegen.combo import Piece
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.reuse import extern_written_in_place, reused_in_place, scatter_written_in_place, written_in_place
@@ -42,8 +43,6 @@ WRITERS: dict[type, Callable[[Plan, Kernel], KernelSource]] = {
     ScatterKernel: scatter.write,
     MatmulKernel: matmul.write,
 }
-
-Piece = tuple[KernelSource, Kernel]  # a kernel's source and its plan step
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from minicomp.codegen.combo import Piece
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.matmul import MatmulSource
 from minicomp.codegen.templates import ENV
-from minicomp.plan.steps import Kernel
 from minicomp.runtime.launch_spec import RowProductsLaunch
-
-Piece = tuple[KernelSource, Kernel]
 
 
 def piece(source: KernelSource, reused: dict[str, str]) -> bool:
