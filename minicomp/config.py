@@ -9,6 +9,8 @@
     MINICOMP_LOGS               log channels (logs.py)
     MINICOMP_COMPILE_THREADS    threads that compile kernels ahead of their first call (compile_pool.py;
                                 a whole number >= 1; default: the CPU count, at most 32)
+    MINICOMP_COMPILE_PROCESSES  worker processes those threads hand Triton's compiles to (compile_processes.py;
+                                a whole number >= 0, 0: the threads compile; default: as many as the threads)
     MINICOMP_MATMUL             auto | template | library: mm/addmm/bmm as a Triton template with its
                                 epilogue fused, or as ATen (cuBLAS) calls (plan/matmul.py; default library;
                                 on CUDA one row times a weight read along K is a template in each: matmul_rows)
@@ -98,6 +100,10 @@ def compile_threads() -> int:
     return _whole_number("MINICOMP_COMPILE_THREADS", min(32, os.cpu_count() or 1))
 
 
+def compile_processes() -> int:
+    return _whole_number("MINICOMP_COMPILE_PROCESSES", compile_threads(), minimum=0)
+
+
 def recompile_warning() -> int:
     return _whole_number("MINICOMP_RECOMPILE_WARNING", 8)
 
@@ -141,6 +147,7 @@ DEFAULTS = dict(
     cuda_graph_limit=16,  # runtime/graphs.py: ... at most this many graphs kept per model ...
     cuda_graph_rerecords=8,  # runtime/graphs.py: ... one callable's recorded again this often (static inputs moved)
     chunk_budget_bytes=0,  # row_regions.py: a product only row reductions read, by chunks that fit this (0: whole)
+    compile_processes_from=8,  # runtime/compile_processes.py: worker processes compile once this many are outstanding
     recompute_for_memory=True,  # autograd.py: the backward recomputes cheap pointwise values a matmul there reads
 )
 ENVIRONMENT = {"matmul": "MINICOMP_MATMUL"}  # tunables an environment variable sets (under any override)

@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python benchmarks/scripts/first_call_profile.py MODEL
 
-MODEL: a key of minicomp/bench/model_specs.MODELS. Prints the first step's wall and CPU seconds
+MODEL: a key of minicomp/bench/model_specs.MODELS (PROFILE=0 in the environment: no cProfile,
+stages only, at the speed a user sees). Prints the first step's wall and CPU seconds
 and the step after it, minicomp's stages summed over its graphs (compile_cost.Recorder: ir,
 plan, codegen, load, Triton compiles, tuning), then cProfile's functions by cumulative and by own
 time (a function that dominates one stage shows there: issue #42). The GPU only.
@@ -32,22 +33,25 @@ def main(name: str) -> None:
     sizes, bf16 = spec.sizes(False), torch.bfloat16
     task = ms.build_task(spec, importlib.import_module(spec.library), sizes, "train", "cuda", bf16)
     args, kwargs, target = ms.step_inputs(spec, sizes, "train", task, sizes.length, "cuda", bf16, bf16)
-    recorder, compiled, profile = Recorder(), torch.compile(task, backend=registered()), cProfile.Profile()
+    recorder, compiled = Recorder(), torch.compile(task, backend=registered())
+    profile = cProfile.Profile() if os.environ.get("PROFILE") != "0" else None
 
     def step():
         compiled(*args, target=target, **kwargs).backward()
         torch.cuda.synchronize()
 
     start, cpu = time.perf_counter(), time.process_time()
-    profile.enable()
+    if profile:
+        profile.enable()
     step()
-    profile.disable()
+    if profile:
+        profile.disable()
     first, cpu = time.perf_counter() - start, time.process_time() - cpu
     start = time.perf_counter()
     step()
     print(name, "first", round(first, 2), "cpu", round(cpu, 2), "again", round(time.perf_counter() - start, 4))
     print(json.dumps(recorder.stages()))
-    for order, count in (("cumulative", 45), ("tottime", 25)):
+    for order, count in () if profile is None else (("cumulative", 45), ("tottime", 25)):
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats(order).print_stats(count)
         print(text.getvalue()[-9000:])

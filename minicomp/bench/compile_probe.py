@@ -19,7 +19,9 @@ With `block`: seconds for the first training step (forward + backward) of the be
 Llama-style decoder block (`llama_block_fwbw`: bf16, B=4, S=2048, d=2048, GQA) through
 `torch.compile`, Inductor or `backend=minicomp.dispatch.dynamo.backend` (S=8, float32 on the CPU).
 With MINICOMP_PROBE_PROFILE=FILE in the environment the timed region runs under cProfile and
-its stats are written to FILE (benchmarks/experiments/cold_start.py reads them).
+its stats are written to FILE (benchmarks/experiments/cold_start.py reads them). With
+MINICOMP_PROBE_COMPILES=1, the block's line says how many of this process's Triton compiles
+found their binary in Triton's cache (a compile worker's) and how many compiled.
 """
 
 import contextlib
@@ -101,9 +103,13 @@ def main() -> None:
 
 def time_block(workloads, impl: str, device: str) -> None:
     step, _ = block_step(workloads, device)
+    compiles = _triton_compiles() if os.environ.get("MINICOMP_PROBE_COMPILES") else None
     with _clock(device) as seconds:
         step(compiled(workloads.llama_block, impl, dynamo=True))
-    print(json.dumps(_launches() if impl == "minicomp" else {}))
+    said = _launches() if impl == "minicomp" else {}
+    if compiles is not None:
+        said["this process's Triton compiles (cache hits, misses)"] = [compiles.count(True), compiles.count(False)]
+    print(json.dumps(said))
     print(f"{seconds[0]:.6f}")
 
 
@@ -119,9 +125,19 @@ def _launches() -> dict:
         "kernels": len(launches),
         "waited for compiles (s)": sum(la.times.get("compile", 0.0) for la in launches),
         "tuning (s)": sum(la.times.get("tune", 0.0) for la in launches),
-        "kernels tuned": sum(1 for la in launches if len(la._configs) > 1 or la.times.get("tune", 0) > 0.01),
+        "kernels tuned": sum(1 for la in launches if len(la.ahead.configs) > 1 or la.times.get("tune", 0) > 0.01),
         "triton compiles": sum(la.compiles for la in launches),
     }
+
+
+def _triton_compiles() -> list[bool]:
+    """Whether each `triton.compile` of this process (not of a compile worker) found its binary in
+    Triton's cache, from now on (MINICOMP_PROBE_COMPILES: it imports Triton before the clock)."""
+    from triton import knobs
+
+    found: list[bool] = []
+    knobs.compilation.listener = lambda **kw: found.append(kw["cache_hit"])
+    return found
 
 
 @contextlib.contextmanager

@@ -11,6 +11,8 @@ records.py         a kernel's records on disk: its compiled binaries and its tun
 ahead.py           compiling a kernel ahead of its first call
 binding.py         a compiled kernel bound to its C launcher: the call path once compiled
 compile_pool.py    the threads kernels compile in ahead of their first call
+compile_processes.py  ... and the worker processes those threads hand Triton's compiles to
+compile_worker.py  ... one such process (Triton only, run by path: no torch, no minicomp)
 loader.py          generated source -> a module in the cache directory, imported
 cache.py           the cache directory: private, verified, only its own files
 externs.py         an extern call's real output held to the planned layout (conform)

@@ -3,7 +3,10 @@
 A module compiled in this process starts its kernels' Triton compiles before
 their first call: one task per configuration the first call may choose
 (tuning.py `configs`), each loading the binary a record names (records.py) or
-compiling it through Triton's JIT (`warmup`), then loading it onto the GPU.
+compiling it through Triton's JIT (`warmup`), then loading it onto the GPU. The
+compile itself runs in a worker process where one is free (compile_processes.py):
+Triton's frontend holds the GIL, so threads alone take turns there; `warmup`
+then finds the worker's binary in Triton's cache.
 Pointers are assumed 16-byte aligned, as fresh allocations are; a first call
 where one is not compiles as before.
 """
@@ -14,8 +17,8 @@ import concurrent.futures
 
 import torch
 
-from minicomp import logs
-from minicomp.runtime import compile_pool, tuning
+from minicomp import config, logs
+from minicomp.runtime import compile_pool, compile_processes, tuning
 from minicomp.runtime.records import specializations
 
 Config = tuning.Config
@@ -30,6 +33,8 @@ class Ahead:
         self.aligned: set[int] = set()  # the pointers the binaries assume 16-byte aligned
         self.specializations: list[str] = []  # and the arguments' specializations they were compiled for
         self.configs: list[Config] = []  # what `start` found the first call may choose
+        self.target = None  # Triton's GPUTarget of the launch's device
+        self.workers = None  # the compile processes (compile_processes.py), if any
 
     @property
     def compiles(self) -> int:
@@ -52,6 +57,10 @@ class Ahead:
             return
         self.configs, self.specializations = configs, found
         self.aligned = {i for i, v in enumerate(signature) if isinstance(v, torch.dtype)}
+        self.target = _target(index)
+        self.workers = compile_processes.workers()
+        if self.workers is not None:
+            self.workers.expect(len(configs), config.get("compile_processes_from"))
         self.tasks = [pool.submit(self._compile, launch, c, signature) for c in configs]
 
     def _compile(self, launch, config: Config, signature: list) -> None:
@@ -62,13 +71,18 @@ class Ahead:
                 path = launch.records.binary_path(config, self.specializations)
                 compiled, through_jit = launch.records.restore(path, self.aligned), False
                 if compiled is None:
-                    compiled = launch.kernel.warmup(*signature, grid=(1,), **launch.settings(*config))
+                    settings = launch.settings(*config)
+                    compile_processes.compile_in_worker(launch.kernel, signature, settings, self.target)
+                    compiled = launch.kernel.warmup(*signature, grid=(1,), **settings)
                     compiled._init_handles()  # its launcher built and the binary loaded, here too
                     through_jit = True
                     launch.records.remember(compiled, path, self.aligned)
                 self.binaries[config] = (compiled, through_jit)
         except Exception as err:  # noqa: BLE001 - the first call compiles it and reports
             logs.cache.info("%s: compile ahead of %s failed (%s: %s)", launch.name, config, type(err).__name__, err)
+        finally:
+            if self.workers is not None:
+                self.workers.finished()
 
     def wait(self) -> None:
         concurrent.futures.wait(self.tasks)
@@ -77,4 +91,17 @@ class Ahead:
         """(compiled, through the JIT) at `config`, if compiled ahead for arguments like these."""
         if aligned == self.aligned and found == self.specializations:
             return self.binaries.get(config)
+        return None
+
+
+def _target(index: int):
+    """Triton's GPUTarget of CUDA device `index` (what a worker process compiles for), or None
+    (no worker then: the threads compile)."""
+    try:
+        from triton.runtime.driver import driver
+
+        with torch.cuda.device(index):
+            return driver.active.get_current_target()
+    except Exception as err:  # noqa: BLE001 - no target: compiled in this process
+        logs.cache.info("no compile target for device %d (%s: %s)", index, type(err).__name__, err)
         return None
