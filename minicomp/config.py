@@ -10,7 +10,7 @@
     MINICOMP_COMPILE_THREADS    threads that compile kernels ahead of their first call (compile_pool.py;
                                 a whole number >= 1; default: the CPU count, at most 32)
     MINICOMP_COMPILE_PROCESSES  worker processes those threads hand Triton's compiles to (compile_processes.py;
-                                a whole number >= 0, 0: the threads compile; default: as many as the threads)
+                                a whole number >= 0, 0: the threads compile; default: as many as threads, <= 16)
     MINICOMP_MATMUL             auto | template | library: mm/addmm/bmm as a Triton template with its
                                 epilogue fused, or as ATen (cuBLAS) calls (plan/matmul.py; default library;
                                 on CUDA one row times a weight read along K is a template in each: matmul_rows)
@@ -101,7 +101,7 @@ def compile_threads() -> int:
 
 
 def compile_processes() -> int:
-    return _whole_number("MINICOMP_COMPILE_PROCESSES", compile_threads(), minimum=0)
+    return _whole_number("MINICOMP_COMPILE_PROCESSES", min(16, compile_threads()), minimum=0)
 
 
 def recompile_warning() -> int:

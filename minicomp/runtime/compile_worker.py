@@ -120,6 +120,7 @@ def compile_request(request: dict, modules: dict) -> dict:
     try:
         _same_triton(*request["triton"])
         knobs.cache.dir = request["cache_dir"]
+        knobs.runtime.interpret = False  # (an inherited TRITON_INTERPRET would make no binary)
         driver.set_active(CompilingDriver(GPUTarget(*request["target"])))
         key = (request["path"], request["module"])
         if key not in modules:
@@ -131,15 +132,27 @@ def compile_request(request: dict, modules: dict) -> dict:
     return {"ok": True, "hash": compiled.hash, "seconds": time.perf_counter() - start}
 
 
-def _same_triton(path: str, key: str) -> None:
+def triton_fingerprint() -> tuple:
+    """The installed Triton this process imported: its package file, version, and its compiled
+    library's size, modification time and inode (a Triton rebuilt in place changes them)."""
+    import sysconfig
+
+    import triton
+
+    root = os.path.dirname(os.path.realpath(triton.__file__))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
+    library = os.stat(os.path.join(root, "_C", f"libtriton.{suffix}"))
+    return root, triton.__version__, library.st_size, library.st_mtime_ns, library.st_ino
+
+
+def _same_triton(fingerprint: tuple, key: str) -> None:
     """Use the main process's hash of Triton's installation (its `triton_key`, which reads all
     400 MB of libtriton: a second or more of CPU in each worker), once this process's Triton
     is that installation."""
-    import triton
     import triton.runtime.cache
 
-    if os.path.realpath(triton.__file__) != os.path.realpath(path):
-        raise RuntimeError(f"this worker's Triton is {triton.__file__}, the main process's {path}")
+    if triton_fingerprint() != tuple(fingerprint):
+        raise RuntimeError(f"this worker's Triton {triton_fingerprint()} is not the main process's {fingerprint}")
     triton.runtime.cache.triton_key = lambda: key  # what `get_cache_key` calls
 
 

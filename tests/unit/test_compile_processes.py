@@ -125,11 +125,11 @@ def test_a_kernel_the_worker_cannot_build_is_compiled_here(compiling, caplog):
     assert hits == [False]
 
 
-def test_a_worker_that_dies_costs_only_the_time(compiling, monkeypatch):
+def test_workers_that_die_at_their_start_cost_only_the_time(compiling, monkeypatch):
     module, target, hits = compiling
     monkeypatch.setattr(compile_processes, "_COMMAND", [sys.executable, "-c", "pass"])
     settings = {"BLOCK_SIZE": 128, "num_warps": 4}
-    assert not compile_processes.workers().wait_ready(30)
+    assert not compile_processes.workers().wait_ready(30)  # both die at their start
     for _ in range(3):  # replaced `limit` times at most, then none is started again
         assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
     pool = compile_processes._WORKERS
@@ -162,20 +162,96 @@ def test_workers_start_once_enough_compiles_are_outstanding(compiling):
 
 def test_a_kernel_this_process_compiled_is_not_handed_over(compiling):
     module, target, hits = compiling
+    assert compile_processes.workers().wait_ready(30)
     settings = {"BLOCK_SIZE": 32, "num_warps": 1}
     module.mc_fused_double_exp_0.warmup(*SIGNATURE, grid=(1,), **settings)
+    assert compile_processes.serialized(module.mc_fused_double_exp_0, SIGNATURE, settings) is None
     assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
-    assert compile_processes._WORKERS.all == []  # none started: nothing was asked
+    assert hits == [False]
+
+
+def test_no_triton_setting_changes_and_a_stages_hook_keeps_compiles_here(compiling, monkeypatch):
+    """The specialization is made without a `jit_cache_hook` (one set makes Triton serialize every
+    compile's arguments, which fails for a JIT function passed as a constant); a stages inspection
+    hook runs only in this process, so with one set nothing is handed over."""
+    from triton import knobs
+
+    module, target, hits = compiling
+    assert compile_processes.workers().wait_ready(30)
+    settings = {"BLOCK_SIZE": 128, "num_warps": 2}
+    assert compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
+    assert knobs.runtime.jit_cache_hook is None
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", lambda *a, **k: None)
+    more = {"BLOCK_SIZE": 256, "num_warps": 2}
+    assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, more, target)
+
+
+def test_a_worker_of_another_triton_refuses(compiling):
+    module, target, _ = compiling
+    pool = compile_processes.workers()
+    assert pool.wait_ready(30)
+    fingerprint, key = compile_processes._this_triton()
+    request = {
+        "path": module.mc_fused_double_exp_0.fn.__code__.co_filename,
+        "module": module.mc_fused_double_exp_0.fn.__module__,
+        "kernel": "mc_fused_double_exp_0",
+        "specialization": compile_processes.serialized(module.mc_fused_double_exp_0, SIGNATURE, {"BLOCK_SIZE": 64}),
+        "target": (target.backend, target.arch, target.warp_size),
+        "cache_dir": "unused",
+        "triton": ((*fingerprint[:-1], fingerprint[-1] + 1), key),  # its library rebuilt in place
+    }
+    reply = pool.ask(request)
+    assert not reply["ok"] and "not the main process's" in reply["error"]
+
+
+# says it is ready, then exits at its first request without a reply
+_DIES_ON_REQUEST = (
+    "import pickle, struct, sys\n"
+    "data = pickle.dumps({'ready': True})\n"
+    "sys.stdout.buffer.write(struct.pack('<Q', len(data)) + data); sys.stdout.flush()\n"
+    "sys.stdin.buffer.read(8)\n"
+)
+
+
+def test_a_worker_that_dies_on_a_request_is_lost_and_the_thread_compiles(compiling, monkeypatch):
+    module, target, hits = compiling
+    monkeypatch.setattr(compile_processes, "_COMMAND", [sys.executable, "-c", _DIES_ON_REQUEST])
+    pool = compile_processes.workers()
+    assert pool.wait_ready(30)
+    settings = {"BLOCK_SIZE": 128, "num_warps": 4}
+    assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
+    assert pool.lost == 1 and len(pool.all) == 1
+    module.mc_fused_double_exp_0.warmup(*SIGNATURE, grid=(1,), **settings)
+    assert hits == [False]
+
+
+def test_a_worker_never_ready_is_given_up_after_its_start_limit(compiling, monkeypatch):
+    import time
+
+    module, target, _ = compiling
+    monkeypatch.setattr(compile_processes, "_COMMAND", [sys.executable, "-c", "import time; time.sleep(30)"])
+    monkeypatch.setattr(compile_processes, "START_LIMIT", 0.3)
+    pool = compile_processes.workers()
+    pool.prestart()
+    time.sleep(0.5)
+    start = time.monotonic()
+    assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, {"BLOCK_SIZE": 64}, target)
+    assert pool.lost == 2 and pool.all == []  # none replaced past the limit: no request waits again
+    assert time.monotonic() - start < 1.5
 
 
 def test_a_compile_waits_a_bounded_time_for_a_starting_worker_then_runs_here(compiling, monkeypatch):
     """Workers that do not get ready (here: never) are waited for READY_WAIT seconds at most."""
+    import time
+
     module, target, hits = compiling
     monkeypatch.setattr(compile_processes, "_COMMAND", [sys.executable, "-c", "import time; time.sleep(30)"])
     monkeypatch.setattr(compile_processes.Workers, "READY_WAIT", 0.2)
     compile_processes.workers().expect(8, 8)
     settings = {"BLOCK_SIZE": 128, "num_warps": 4}
+    start = time.monotonic()
     assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
+    assert time.monotonic() - start < 1.5
     assert len(compile_processes._WORKERS.all) == 2
     module.mc_fused_double_exp_0.warmup(*SIGNATURE, grid=(1,), **settings)
     assert hits == [False]
