@@ -40,7 +40,8 @@ WORKER_FILE = str(Path(__file__).with_name("compile_worker.py"))
 _COMMAND = [
     sys.executable,
     "-c",
-    "import sys; del sys.path[0]; import runpy; runpy.run_path(sys.argv[1], run_name='__main__')",
+    "import sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\n"  # (-c's working directory)
+    "import runpy\nrunpy.run_path(sys.argv[1], run_name='__main__')",
     WORKER_FILE,
 ]
 START_LIMIT = 20.0  # seconds a worker may take to get ready before it is given up

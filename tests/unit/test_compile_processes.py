@@ -324,3 +324,10 @@ def test_closing_ends_every_worker_at_once_and_a_forked_child_leaves_them(compil
     pool.close()
     assert all(p.poll() is not None for p in processes) and pool.all == []
     assert time.monotonic() - start < 5
+
+
+def test_a_file_in_the_working_directory_does_not_shadow_the_workers_imports(compiling, tmp_path, monkeypatch):
+    (tmp_path / "runpy.py").write_text("raise SystemExit('a local runpy.py ran')\n")
+    (tmp_path / "pickle.py").write_text("raise SystemExit('a local pickle.py ran')\n")
+    monkeypatch.chdir(tmp_path)
+    assert compile_processes.workers().wait_ready(30)
