@@ -6,6 +6,7 @@ arguments.py      a call's arguments as leaves and a spec (the key's structure)
 entries.py        Entry and EagerEntry: what one signature runs (compiled module or the function as written)
 modules.py        JitModule: a module's forward with its parameters as inputs
 autograd.py       training: AOTAutograd's forward and backward graphs, both compiled
+partition.py      ... the joint graph split into them: min-cut, no views saved, cheap values recomputed
 joint_cse.py      ... the joint graph's repeated ops merged before its partition (no Inductor import)
 training_call.py  the lean autograd.Function a training call runs through
 dynamo.py         torch.compile(backend="minicomp")

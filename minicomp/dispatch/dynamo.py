@@ -3,7 +3,7 @@
 Dynamo captures each graph between graph breaks; AOTAutograd (as for
 `minicomp.jit` with inputs that need gradients) lowers it to ATen forward and
 backward graphs with the min-cut partition (saving no views, as for `minicomp.jit`:
-autograd.partition); minicomp compiles each. The package
+partition.py); minicomp compiles each. The package
 registers this function under the `torch_dynamo_backends` entry point
 (pyproject.toml), so the name "minicomp" works once the package is installed;
 without installing, pass the function: `torch.compile(model, backend=minicomp.dispatch.dynamo.backend)`.
@@ -33,8 +33,9 @@ from minicomp import capture, config, logs
 from minicomp.capture import closed_over, specialize, static_parts
 from minicomp.codegen.families import Families
 from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, saved_layouts
-from minicomp.dispatch.autograd import input_layouts, partition, saved_activations, tangents_like_outputs
+from minicomp.dispatch.autograd import input_layouts, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import checked_first_call, eager_when_reentered
+from minicomp.dispatch.partition import partition
 from minicomp.pipeline import compile_graph
 from minicomp.runtime import compile_pool
 

@@ -8,7 +8,7 @@ the pass skipped). `merged` is the same pass without that import: an op is repla
 one of the same target and arguments (after substitution) in the same mutation region (no op
 with a mutable schema between them); placeholders, outputs, random ops, `empty`, ops whose
 values share storage with a graph output, and ops defining unbacked symbols are kept. The
-partition then runs with its own pass off (autograd.py).
+partition then runs with its own pass off (partition.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Where the forward has it as a strided view (a padded matmul's product, `out_padd
 stride Np: plan/pad_matmuls.py), copying it out densely costs a read and a write of the whole value
 and keeps both alive at once: GPT-2's [4096, 50257] logits, 412 MB in bf16, a step. Instead:
 
-- `mark` (the partition, dispatch/autograd.py): the forward's outputs that only the backward reads
+- `mark` (the partition, dispatch/partition.py): the forward's outputs that only the backward reads
   are recorded on the forward graph (`ANY_LAYOUT` in its meta);
 - the forward's compile leaves them at the strides its plan has (`compile_graph(any_layout=...)`);
   `produced` reads which of them came out laid out unlike the traced graph's meta;
