@@ -17,7 +17,7 @@ import concurrent.futures
 
 import torch
 
-from minicomp import config, logs
+from minicomp import logs
 from minicomp.runtime import compile_pool, compile_processes, tuning
 from minicomp.runtime.records import specializations
 
@@ -60,7 +60,7 @@ class Ahead:
         self.target = _target(index)
         self.workers = compile_processes.workers()
         if self.workers is not None:
-            self.workers.expect(len(configs), config.get("compile_processes_from"))
+            self.workers.expect(len(configs))
         self.tasks = [pool.submit(self._compile, launch, c, signature) for c in configs]
 
     def _compile(self, launch, config: Config, signature: list) -> None:

@@ -137,9 +137,11 @@ class Workers:
         self.pending, self.wanted = 0, False
         self.lock = threading.Lock()
 
-    def expect(self, tasks: int, enough: int) -> None:
-        """`tasks` more compiles were handed to the compile threads; from `enough` outstanding
-        on, the workers are wanted (started by the next request)."""
+    def expect(self, tasks: int) -> None:
+        """`tasks` more compiles were handed to the compile threads; from config
+        "compile_processes_from" outstanding on (read in the caller's thread, under its
+        overrides), the workers are wanted (started by the next request)."""
+        enough = config.get("compile_processes_from")
         with self.lock:
             self.pending += tasks
             self.wanted = self.wanted or self.pending >= enough

@@ -144,14 +144,14 @@ def test_workers_start_once_enough_compiles_are_outstanding(compiling):
     module, target, hits = compiling
     pool = compile_processes.workers()
     settings = {"BLOCK_SIZE": 64, "num_warps": 2}
-    pool.expect(3, 8)
+    pool.expect(3)
     assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
     assert pool.all == []  # none started for three compiles
     for _ in range(3):
         pool.finished()
-    pool.expect(5, 8)
+    pool.expect(5)
     assert not pool.wanted  # (those three are done: five outstanding)
-    pool.expect(3, 8)
+    pool.expect(3)
     assert pool.wanted
     compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
     assert len(pool.all) == 2  # started by that request (which may have found none ready yet)
@@ -247,7 +247,7 @@ def test_a_compile_waits_a_bounded_time_for_a_starting_worker_then_runs_here(com
     module, target, hits = compiling
     monkeypatch.setattr(compile_processes, "_COMMAND", [sys.executable, "-c", "import time; time.sleep(30)"])
     monkeypatch.setattr(compile_processes.Workers, "READY_WAIT", 0.2)
-    compile_processes.workers().expect(8, 8)
+    compile_processes.workers().expect(8)
     settings = {"BLOCK_SIZE": 128, "num_warps": 4}
     start = time.monotonic()
     assert not compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
