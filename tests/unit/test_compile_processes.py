@@ -331,3 +331,96 @@ def test_a_file_in_the_working_directory_does_not_shadow_the_workers_imports(com
     (tmp_path / "pickle.py").write_text("raise SystemExit('a local pickle.py ran')\n")
     monkeypatch.chdir(tmp_path)
     assert compile_processes.workers().wait_ready(30)
+
+
+def test_workers_started_early_warm_up_first_and_leave_triton_s_cache_alone(compiling, tmp_path, caplog):
+    """`start_early` (a large Dynamo graph's compile beginning) starts the workers with a warm-up
+    request each: a small kernel of their own compiled into a temporary cache. A worker is ready
+    once it has answered it; the model's cache gets nothing from it; a request then compiles."""
+    from triton import knobs
+
+    module, target, hits = compiling
+    with caplog.at_level("INFO", logger="minicomp.cache"):
+        compile_processes.start_early((target.backend, target.arch, target.warp_size))
+        pool = compile_processes._WORKERS
+        assert pool.wanted and len(pool.all) == 2 and all(w.warming for w in pool.all)
+        assert pool.wait_ready(60)
+    assert all(w.ready and not w.warming for w in pool.all)
+    assert caplog.text.count("compile worker warmed up: {'ok': True") == 2
+    cache = tmp_path / "triton"
+    assert not cache.exists() or not any(cache.iterdir())  # the warm-up's binary went elsewhere
+    assert knobs.cache.dir == str(cache)
+    settings = {"BLOCK_SIZE": 128, "num_warps": 4}
+    assert compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
+    module.mc_fused_double_exp_0.warmup(*SIGNATURE, grid=(1,), **settings)
+    assert hits == [True]
+
+
+def test_a_failed_warm_up_costs_only_its_time(compiling, caplog):
+    module, target, hits = compiling
+    with caplog.at_level("INFO", logger="minicomp.cache"):
+        compile_processes.start_early(("no such backend", 0, 32))
+        pool = compile_processes._WORKERS
+        assert pool.wait_ready(60)
+    assert caplog.text.count("compile worker warmed up: {'ok': False") == 2
+    assert pool.lost == 0
+    settings = {"BLOCK_SIZE": 64, "num_warps": 4}
+    assert compile_processes.compile_in_worker(module.mc_fused_double_exp_0, SIGNATURE, settings, target)
+
+
+# says it is ready and answers its warm-up in one write, then serves nothing
+_READY_AND_WARM_AT_ONCE = (
+    "import pickle, struct, sys\n"
+    "frames = b''.join(struct.pack('<Q', len(d)) + d for d in map(pickle.dumps, ({'ready': True}, {'ok': True})))\n"
+    "sys.stdout.buffer.write(frames); sys.stdout.flush(); sys.stdin.buffer.read()\n"
+)
+
+
+def test_a_warm_up_reply_right_behind_ready_is_seen(compiling, monkeypatch):
+    """Both frames can arrive in one read: a buffered reader took the second out of the pipe, so
+    that polling the pipe never saw it and the worker stayed 'starting' until its start limit
+    (every compile of GPT-2's first step waited 2 s for a worker, then compiled in its thread)."""
+    monkeypatch.setattr(compile_processes, "_COMMAND", [sys.executable, "-c", _READY_AND_WARM_AT_ONCE])
+    compile_processes.start_early(("cuda", 90, 32))
+    pool = compile_processes._WORKERS
+    assert pool.wait_ready(10)
+    assert all(w.ready for w in pool.all) and pool.lost == 0
+
+
+def test_a_worker_that_answers_its_warm_up_wrongly_is_lost(compiling, monkeypatch):
+    says = (
+        "import pickle, struct, sys\n"
+        "for m in ({'ready': True}, {'compiled': 'nonsense'}):\n"
+        "    data = pickle.dumps(m); sys.stdout.buffer.write(struct.pack('<Q', len(data)) + data)\n"
+        "sys.stdout.flush(); sys.stdin.buffer.read()\n"
+    )
+    module, target, _ = compiling
+    monkeypatch.setattr(compile_processes, "_COMMAND", [sys.executable, "-c", says])
+    compile_processes.start_early(("cuda", 90, 32))
+    pool = compile_processes._WORKERS
+    assert not pool.wait_ready(30)
+    assert pool.lost == 2 and pool.all == []
+
+
+def test_a_large_dynamo_graph_starts_the_workers_as_its_compile_begins(monkeypatch):
+    """dynamo.py asks compile_pool for the workers (warmed up) from config
+    "compile_processes_early" calls in the graph Dynamo hands over; a small graph does not."""
+    from minicomp.dispatch import dynamo
+    from minicomp.runtime import compile_pool
+
+    asked: list[bool] = []
+    monkeypatch.setattr(compile_pool, "start_triton", lambda values, workers=False: asked.append(workers))
+
+    def chain(n):
+        def f(x):
+            for _ in range(n):
+                x = torch.relu(x) + 1
+            return x
+
+        return f
+
+    x = torch.randn(8)
+    for n, options in ((4, {}), (20, {}), (4, {"compile_processes_early": 8})):
+        torch._dynamo.reset()
+        torch.compile(chain(n), backend=dynamo.registered(), options=options)(x)
+    assert asked == [False, True, True]  # 8, 40 and 8 calls against 24, 24 and 8
