@@ -147,8 +147,7 @@ DEFAULTS = dict(
     cuda_graph_limit=16,  # runtime/graphs.py: ... at most this many graphs kept per model ...
     cuda_graph_rerecords=8,  # runtime/graphs.py: ... one callable's recorded again this often (static inputs moved)
     chunk_budget_bytes=0,  # row_regions.py: a product only row reductions read, by chunks that fit this (0: whole)
-    compile_processes_from=8,  # runtime/compile_processes.py: worker processes start once this many compiles wait ...
-    compile_processes_early=24,  # dispatch/dynamo.py: ... or, warmed up, as a Dynamo graph of this many calls arrives
+    compile_processes_from=8,  # runtime/compile_processes.py: worker processes compile once this many are outstanding
     recompute_for_memory=True,  # autograd.py: the backward recomputes cheap pointwise values a matmul there reads
 )
 ENVIRONMENT = {"matmul": "MINICOMP_MATMUL"}  # tunables an environment variable sets (under any override)

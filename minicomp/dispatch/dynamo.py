@@ -133,8 +133,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
     graphs = _graphs(settings, example_inputs)
     gm = closed_over.with_checked_forms(gm)
     gm = chunk_tracing.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks
-    many = _calls(gm) >= settings["compile_processes_early"]  # (compiles enough for the worker processes)
-    compile_pool.start_triton(example_inputs, workers=many)  # Triton's one-time costs run while AOTAutograd traces
+    compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
     compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings, forward, graphs),
         bw_compiler=_compiler("backward", families, settings, forward, graphs),
@@ -150,11 +149,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
         if getattr(getattr(function, "metadata", None), "bw_donated_idxs", []) is None:
             function.metadata.bw_donated_idxs = []  # none donated (_backward_with_forward): retain_graph works
     return compiled
-
-
-def _calls(gm: torch.fx.GraphModule) -> int:
-    """The graph's calls (functions, methods, modules): how much a compile of it will make."""
-    return sum(1 for node in gm.graph.nodes if node.op.startswith("call_"))
 
 
 MODES = {"default": {}, "reduce-overhead": {"cuda_graphs": True}}  # torch.compile's `mode` for this backend

@@ -14,8 +14,7 @@ import threading
 
 import torch
 
-from minicomp import config, logs
-from minicomp.runtime import compile_processes
+from minicomp import config
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 _TRITON_STARTED: dict[int, concurrent.futures.Future] = {}  # device index -> `start_triton`'s task
@@ -33,14 +32,12 @@ def pool() -> concurrent.futures.ThreadPoolExecutor:
         return _POOL
 
 
-def start_triton(values, workers: bool = False) -> None:
+def start_triton(values) -> None:
     """Start Triton's one-time costs of a process in a pool thread, so that they overlap the
     capture of the first compile (function.py and dynamo.py call this on a miss, with its
     arguments): its CUDA driver (a C helper, built with cc when Triton's cache is cold) and the
     hash of its own installation that its JIT keys binaries by, for the device of the
-    first CUDA tensor among `values` (none: nothing to start). ahead.py waits for it.
-    `workers`: the compile processes too, warmed up for that device (compile_processes.py
-    `start_early`: a graph that will make many compiles)."""
+    first CUDA tensor among `values` (none: nothing to start). ahead.py waits for it."""
     device = next((v.device for v in values if isinstance(v, torch.Tensor) and v.device.type == "cuda"), None)
     if device is None:
         return
@@ -48,8 +45,6 @@ def start_triton(values, workers: bool = False) -> None:
     with _POOL_LOCK:
         if index not in _TRITON_STARTED:
             _TRITON_STARTED[index] = pool().submit(_start_triton, index)
-        if workers:
-            pool().submit(_start_workers, index)
 
 
 def _start_triton(index: int) -> None:
@@ -59,27 +54,6 @@ def _start_triton(index: int) -> None:
     with torch.cuda.device(index):
         driver.active.get_current_target()
     triton_key()
-
-
-def _start_workers(index: int) -> None:
-    try:
-        compile_processes.start_early(_target(index))
-    except Exception as err:  # noqa: BLE001 - only time lost: workers start at the first compiles instead
-        logs.cache.info("compile workers not started early (%s: %s)", type(err).__name__, err)
-
-
-def _target(index: int) -> tuple:
-    """Triton's target of CUDA device `index`, (backend, arch, warp size): on NVIDIA from torch
-    (Triton's driver may still be building its C helper), else from Triton's driver."""
-    if torch.version.hip is None:
-        major, minor = torch.cuda.get_device_capability(index)
-        return "cuda", major * 10 + minor, 32
-    from triton.runtime.driver import driver
-
-    triton_started(index)
-    with torch.cuda.device(index):
-        target = driver.active.get_current_target()
-    return target.backend, target.arch, target.warp_size
 
 
 def triton_started(index: int) -> None:

@@ -15,10 +15,8 @@ over.
 MINICOMP_COMPILE_PROCESSES workers (default: as many as compile threads, at most
 16; 0: the threads compile themselves), started by the first request once config
 "compile_processes_from" compiles are outstanding (a small function's kernel or
-two compile in their threads at once, not after a worker's start), or as a
-large Dynamo graph's compile begins (`start_early`, each worker warmed up), and
-kept for the process; each exits at the end of its input (this process's exit
-included).
+two compile in their threads at once, not after a worker's start), and kept for
+the process; each exits at the end of its input (this process's exit included).
 Workers belong to the process that started them: a forked child starts its own.
 """
 
@@ -67,53 +65,36 @@ def _readable(files: list, timeout: float) -> list:
 class Worker:
     """One compile process and its pipes."""
 
-    def __init__(self, warm_up: dict | None = None):
-        """`warm_up`: a warm-up request (compile_worker.py `warm_up`) sent at once; the worker is
-        ready once it has answered it too."""
+    def __init__(self):
         env = dict(os.environ)
         env.pop("TRITON_INTERPRET", None)  # (set while a CPU module is imported: loader.py)
         self.process = subprocess.Popen(  # noqa: S603 - this interpreter running minicomp's own file
             _COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, env=env
         )
-        # replies read unbuffered: `poll` on the pipe then sees every frame not yet read (a warm-up's
-        # reply may follow "ready" at once, and a buffered reader would take both)
-        self.replies = open(self.process.stdout.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
-        self.started, self.ready, self.said_ready, self.warming = time.monotonic(), False, False, False
-        if warm_up is not None:
-            try:
-                write_frame(self.process.stdin, warm_up)
-                self.warming = True
-            except (OSError, ValueError) as err:  # found by the next poll: the worker is lost
-                logs.cache.info("compile worker not warmed up (%s: %s)", type(err).__name__, err)
+        self.started, self.ready = time.monotonic(), False
 
     def poll_ready(self) -> bool:
-        """Whether the worker has said it is ready (its first reply) and answered its warm-up,
-        without waiting; WorkerFailed if it died first or has taken START_LIMIT seconds."""
-        while not self.ready:
-            try:
-                said = self._read() if _readable([self.replies], 0) else None
-            except (OSError, ValueError) as err:
-                raise WorkerFailed(f"{type(err).__name__}: {err}") from err
-            if said is None:
-                if time.monotonic() - self.started > START_LIMIT:
-                    raise WorkerFailed(f"not ready after {START_LIMIT:.0f} s")
-                return False
-            if not self.said_ready:
-                if said != {"ready": True}:
-                    raise WorkerFailed(f"said {said!r} before its first request")
-                self.said_ready = True
-            elif "ok" in said:  # the warm-up's reply (a failed warm-up only costs its time)
-                self.warming = False
-                logs.cache.info("compile worker warmed up: %s", said)
-            else:
-                raise WorkerFailed(f"said {said!r} to its warm-up")
-            self.ready = self.said_ready and not self.warming
+        """Whether the worker has said it is ready (its first reply), without waiting;
+        WorkerFailed if it died first or has taken START_LIMIT seconds."""
+        if self.ready:
+            return True
+        try:
+            said = self._read() if _readable([self.process.stdout], 0) else None
+        except (OSError, ValueError) as err:
+            raise WorkerFailed(f"{type(err).__name__}: {err}") from err
+        if said is None:
+            if time.monotonic() - self.started > START_LIMIT:
+                raise WorkerFailed(f"not ready after {START_LIMIT:.0f} s")
+            return False
+        if said != {"ready": True}:
+            raise WorkerFailed(f"said {said!r} before its first request")
+        self.ready = True
         return True
 
     def ask(self, request: dict) -> dict:
         try:
             write_frame(self.process.stdin, request)
-            answered = _readable([self.replies], ASK_LIMIT)
+            answered = _readable([self.process.stdout], ASK_LIMIT)
         except (OSError, ValueError) as err:
             raise WorkerFailed(f"{type(err).__name__}: {err}") from err
         if not answered:
@@ -122,7 +103,7 @@ class Worker:
 
     def _read(self) -> dict:
         try:
-            reply = read_frame(self.replies)
+            reply = read_frame(self.process.stdout)
         except Exception as err:  # noqa: BLE001 - a cut, huge or unpicklable frame: the worker is lost
             raise WorkerFailed(f"{type(err).__name__}: {err}") from err
         if not isinstance(reply, dict):
@@ -170,13 +151,13 @@ class Workers:
         with self.lock:
             self.pending -= 1
 
-    def prestart(self, warm_up: dict | None = None) -> None:
-        """Start the workers not running (each imports Triton meanwhile, then answers `warm_up`)."""
+    def prestart(self) -> None:
+        """Start the workers not running (each imports Triton meanwhile)."""
         with self.lock:
             self.wanted = True
             while len(self.all) < self.limit and self.lost < self.limit:
                 try:
-                    worker = Worker(warm_up)
+                    worker = Worker()
                 except OSError as err:
                     logs.cache.info("compile worker not started (%s: %s)", type(err).__name__, err)
                     self.lost = self.limit
@@ -237,7 +218,7 @@ class Workers:
         for worker in list(self.idle):
             try:
                 if not worker.poll_ready():
-                    starting.append(worker.replies)
+                    starting.append(worker.process.stdout)
             except WorkerFailed as err:
                 logs.cache.info("compile worker lost (%s)", err)
                 self._lose(worker)
@@ -281,16 +262,6 @@ def workers() -> Workers | None:
             _WORKERS = Workers(limit)
             atexit.register(_WORKERS.close)
         return _WORKERS
-
-
-def start_early(target: tuple) -> None:
-    """Start this process's workers now, each warming up for `target` (Triton's GPUTarget as
-    (backend, arch, warp size)) as it starts: for a graph large enough to make many compiles
-    (dynamo.py), so that the workers' start and Triton's one-time costs in each run while
-    AOTAutograd traces, not after codegen. Nothing when workers are off."""
-    pool = workers()
-    if pool is not None:
-        pool.prestart({"warm_up": True, "target": tuple(target)})
 
 
 def compile_in_worker(kernel, signature: list, settings: dict, target) -> bool:

@@ -17,12 +17,6 @@ target into its cache. The main process's JIT then finds the binary there.
 Nothing here touches a GPU: the active driver is a stand-in that names the
 target.
 
-A worker started ahead of its first compile (compile_processes.py `start_early`)
-gets a warm-up request first: it compiles a small kernel of its own into a
-temporary cache, so that Triton's one-time costs of a process (its compiler
-modules, LLVM's targets, ptxas's first run: about 0.2 s) are paid before a
-kernel of the model waits on it.
-
 Requests and replies are pickled dicts, each framed by its length, on stdin and
 on a copy of stdout (what Triton prints goes to stderr); the first reply, before
 any request, says the worker is ready. End of input: exit.
@@ -35,7 +29,6 @@ import os
 import pickle
 import struct
 import sys
-import tempfile
 import time
 
 _HEADER = struct.Struct("<Q")
@@ -139,39 +132,6 @@ def compile_request(request: dict, modules: dict) -> dict:
     return {"ok": True, "hash": compiled.hash, "seconds": time.perf_counter() - start}
 
 
-def warm_up(request: dict) -> dict:
-    """Compile a small kernel for the request's target into a temporary cache (removed after):
-    Triton's one-time costs, paid before the first real request, which need not wait for the
-    main process's hash of Triton's installation. The reply: ok, seconds."""
-    import triton
-    import triton.language as tl
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    @triton.jit
-    def _warm_up(x_ptr, n, BLOCK: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offsets, mask=offsets < n)
-        tl.store(x_ptr + offsets, tl.exp(x) * 2.0, mask=offsets < n)
-
-    import triton.runtime.cache as cache
-
-    start, kept_dir, kept_key = time.perf_counter(), knobs.cache.dir, cache.triton_key
-    try:
-        knobs.runtime.interpret = False
-        cache.triton_key = lambda: "warm-up"  # (its binary is thrown away: no hash of libtriton for it)
-        source = ASTSource(_warm_up, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128})
-        with tempfile.TemporaryDirectory(prefix="minicomp-warm-up-") as scratch:
-            knobs.cache.dir = scratch
-            triton.compile(source, target=GPUTarget(*request["target"]))
-    except Exception as err:  # noqa: BLE001 - only time lost: the first real request pays it
-        return {"ok": False, "error": f"{type(err).__name__}: {err}"}
-    finally:
-        knobs.cache.dir, cache.triton_key = kept_dir, kept_key
-    return {"ok": True, "seconds": time.perf_counter() - start}
-
-
 def triton_fingerprint() -> tuple:
     """The installed Triton this process imported: its package file, version, and its compiled
     library's size, modification time and inode (a Triton rebuilt in place changes them)."""
@@ -206,7 +166,7 @@ def main() -> None:
     write_frame(replies, {"ready": True})
     modules: dict = {}
     while (request := read_frame(requests)) is not None:
-        write_frame(replies, warm_up(request) if request.get("warm_up") else compile_request(request, modules))
+        write_frame(replies, compile_request(request, modules))
 
 
 if __name__ == "__main__":
