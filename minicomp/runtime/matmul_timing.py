@@ -25,7 +25,8 @@ from minicomp.runtime.size_classes import Layout, layout_class
 from minicomp.runtime.tuning import median_ms
 
 TIMED_RUNS = 10
-ROUNDS = 3  # plain and padded timed in turn, this many times each
+ROUNDS = 3  # plain and padded timed in turn, up to this many times each ...
+DECISIVE = 2.0  # ... or until one side is this many times faster (an align1 kernel against its padded form)
 MATMULS = {"mm": torch.mm, "bmm": torch.bmm}
 
 
@@ -39,8 +40,9 @@ def padding_pays(
 ) -> bool:
     """Is `op` (mm or bmm) on operands laid out as `padded`, plus a pad of each of `copies` (the
     unpadded operands that must be copied), faster than on `plain`? Measured once per shape on
-    this GPU and remembered for the shapes' class (size_classes.py: a new length reuses it); False
-    when the measurement cannot run (out of memory)."""
+    this GPU (one round where a side is DECISIVE times faster, else ROUNDS) and remembered for the
+    shapes' class (size_classes.py: a new length reuses it); False when the measurement cannot run
+    (out of memory)."""
     classes = [layout_class(x) for x in (*plain, *padded)], [layout_class(c) for c in copies]
     path = cache.file("tuning", f"pad_{_key(op, dtype, device, *classes)}.json")
     record = cache.read_record(path)
@@ -56,6 +58,8 @@ def padding_pays(
                 # running while its backward compiles) slows one round, not one side
                 before = min(before, _median_ms(plain_run))
                 after = min(after, _median_ms(padded_run) + sum(_median_ms(p) for p in pads))
+                if max(before, after) >= DECISIVE * min(before, after):  # no round will turn that round
+                    break
     except torch.OutOfMemoryError:
         logs.fusion.info("padding %s %s not measured (out of memory): not padded", op, plain)
         return False

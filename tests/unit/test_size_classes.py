@@ -63,3 +63,19 @@ def test_padding_is_measured_once_per_class_of_shapes(timed_matmuls):
     plain, padded = _gpt2_head(8200, 50257)  # another class: measured (the stand-in says padded wins)
     assert matmul_timing.padding_pays("mm", torch.bfloat16, device, plain, padded, [])
     assert len(timed_matmuls) > measured
+
+
+def test_a_decisive_first_round_ends_the_measurement(timed_matmuls):
+    """An align1 product twice its padded form's time (or more) is decided by one round of timing
+    (plain, padded, each pad); a close call is timed ROUNDS times, alternating."""
+    device = torch.device("cuda")
+    plain, padded = _gpt2_head(4092, 50257)  # the stand-in: 2 ms plain, 1 ms padded
+    assert matmul_timing.padding_pays("mm", torch.bfloat16, device, plain, padded, [plain[1]])
+    assert [run[0] for run in timed_matmuls] == ["mm", "mm", "pad"]
+    timed_matmuls.clear()
+    with pytest.MonkeyPatch.context() as m:  # 1.0 against 0.9 ms: not decisive, every round
+        close = lambda run: timed_matmuls.append(run) or (0.9 if run[1] == padded else 1.0)  # noqa: E731
+        m.setattr(matmul_timing, "_median_ms", close)
+        plain, padded = _gpt2_head(8200, 50257)
+        assert matmul_timing.padding_pays("mm", torch.bfloat16, device, plain, padded, [])
+    assert len(timed_matmuls) == 2 * matmul_timing.ROUNDS
