@@ -58,8 +58,8 @@ def padding_pays(
                 # running while its backward compiles) slows one round, not one side
                 before = min(before, _median_ms(plain_run))
                 after = min(after, _median_ms(padded_run) + sum(_median_ms(p) for p in pads))
-                if max(before, after) >= DECISIVE * min(before, after):  # no round will turn that round
-                    break
+                if max(before, after) >= DECISIVE * min(before, after):  # (a median of 10 runs, which
+                    break  # foreign work would have to slow for 5 of them to halve a side's speed)
     except torch.OutOfMemoryError:
         logs.fusion.info("padding %s %s not measured (out of memory): not padded", op, plain)
         return False
