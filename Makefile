@@ -25,10 +25,10 @@ lint: install
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest -n auto --maxprocesses 8
+	$(BIN)/python -m pytest -n auto --maxprocesses 8 --maxschedchunk 4
 
 test-quick: lint
-	$(BIN)/python -m pytest -n auto --maxprocesses 8 -m "not slow"
+	$(BIN)/python -m pytest -n auto --maxprocesses 8 --maxschedchunk 4 -m "not slow"
 
 bench: install
 	$(BIN)/python -m minicomp bench

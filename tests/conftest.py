@@ -36,7 +36,10 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]  # the same test 
 
 
 def pytest_collection_modifyitems(config, items):
-    """A `gpu` test is skipped where there is no CUDA (so `-m gpu` lists the same tests everywhere)."""
+    """The `slow` tests first (`make test` hands tests to pytest-xdist's workers a few at a time,
+    so the short ones fill in around the long ones, not after them); a `gpu` test is skipped where
+    there is no CUDA (so `-m gpu` lists the same tests everywhere)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # (stable: the rest in order)
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs CUDA")

@@ -150,6 +150,17 @@ def test_loss_forms_through_jit(fn):
     _check(fn, _inputs(), how="jit")
 
 
+@pytest.fixture
+def own_regions():
+    """This process's registry of chunked regions (chunked_rows.REGIONS) empty for the test, then as
+    it was: a region an earlier test made (its joints compiled) is not this test's to reuse."""
+    earlier = dict(chunked_rows.REGIONS)
+    chunked_rows.REGIONS.clear()
+    yield chunked_rows.REGIONS
+    chunked_rows.REGIONS.clear()
+    chunked_rows.REGIONS.update(earlier)
+
+
 def _compiled_joints(monkeypatch) -> list:
     """The chunks' joints (donating.Donating) made from now on, compiled on the CPU as on a GPU."""
     monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", True)
@@ -170,19 +181,14 @@ def _compiled_joints(monkeypatch) -> list:
     [(ce_smoothing, "auto"), (ce_none, "auto"), (ce_ignore, "always")]
     + [(fn, "auto") for fn in (ce_sum, ce_z_loss, ce_soft_cap, logsumexp_rows, softmax_gather)],
 )
-def test_chunks_compiled_by_minicomp(fn, pad, monkeypatch):
+def test_chunks_compiled_by_minicomp(fn, pad, monkeypatch, own_regions):
     """Each chunk's region and its backward compiled by minicomp (what the GPU runs), not run
     eagerly: one kernel writes the product's gradient over the product (donating.py), so a chunk
     holds one [rows, V] value; padded for cuBLAS (V = 103 -> 104), inside the padded product."""
     made = _compiled_joints(monkeypatch)
-    earlier = dict(chunked_rows.REGIONS)  # (this process's registry: this test's regions alone)
-    chunked_rows.REGIONS.clear()
-    try:
-        with config.override(pad_matmuls=pad):
-            _check(fn, _inputs())
-        undonated = [region for region in chunked_rows.REGIONS.values() if region.undonated]
-    finally:
-        chunked_rows.REGIONS.update(earlier)
+    with config.override(pad_matmuls=pad):
+        _check(fn, _inputs())
+    undonated = [region for region in own_regions.values() if region.undonated]
     assert made and all(joint.compiled is not None for joint in made), "each chunk size's joint compiled"
     for joint in made:
         gradient = joint.compiled.graph.outputs[-1]  # (results, the product's gradient): no side needs one
@@ -204,7 +210,7 @@ def test_the_softmax_familys_shift_is_detached_in_the_traced_region():
 
 @pytest.mark.slow  # the joints compiled in the interpreter
 @pytest.mark.parametrize("fn, passes", [(ce_sum, 2), (ce_smoothing, 2), (logsumexp_rows, 3), (softmax_gather, 3)])
-def test_a_joint_kernel_passes_over_its_rows(fn, passes, monkeypatch):
+def test_a_joint_kernel_passes_over_its_rows(fn, passes, monkeypatch, own_regions):
     """Walking its rows in blocks (a looped reduction, as a vocabulary of 128k is), a chunk's joint
     kernel makes one pass for the max and the sum of exponentials (online), one for the gradient
     (and one for each further row reduction the form needs), and writes the gradient over the

@@ -41,6 +41,7 @@ def test_one_token_generation_matches_eager(device, make):
     torch.testing.assert_close(actual, expected)
 
 
+@pytest.mark.slow  # every product a template, interpreted: about 27 s on a 2-core machine
 def test_llama_generation_with_every_matmul_a_template(device, tmp_path, monkeypatch):
     """The same with every matmul a Triton template: a decoding step's projections of one row take
     the one-row form, and a layer's q, k and v share one launch (codegen/row_products.py)."""
