@@ -38,7 +38,8 @@ def measure(name: str, step: str, backend: str) -> None:
     torch._dynamo.reset()
     spec, train = ms.MODELS[name], step == "train"
     sizes, bf16 = spec.sizes(False), torch.bfloat16
-    task = ms.build_task(spec, importlib.import_module(spec.library), sizes, step, "cuda", bf16)
+    library = importlib.import_module(spec.library) if spec.library else None  # (DLRM: none)
+    task = ms.build_task(spec, library, sizes, step, "cuda", bf16)
     args, kwargs, target = ms.step_inputs(spec, sizes, step, task, sizes.length, "cuda", bf16, bf16)
     compiled = torch.compile(task, backend=registered() if backend == "minicomp" else "inductor")
 

@@ -45,6 +45,8 @@ class Entry:
         self.compiled = compiled
         self.ran = False  # its first call returned (function.py): a later ExternMismatch runs a call eagerly
         self.watched = watched or []  # tensor constants whose requires_grad each call checks (guards.grad_watched)
+        self.graphed = None  # runtime/graphs.py's Graphed its calls replay through, when graphed
+        self.hot = None  # hot_path.HotPath: this signature found without its key
 
     def __call__(self, fn, leaves, in_spec):
         if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):

@@ -22,6 +22,7 @@ from minicomp.dispatch import fallback, persist
 from minicomp.dispatch.arguments import Arguments
 from minicomp.dispatch.autograd import TrainingEntry
 from minicomp.dispatch.entries import EagerEntry, Entry
+from minicomp.dispatch.hot_path import MISS, HotPath, hot_path
 from minicomp.guards import fingerprint
 from minicomp.guards.context import FunctionContext, watch
 from minicomp.runtime import compile_pool, launch
@@ -98,6 +99,7 @@ class JitFunction:
         self._fingerprinted_state = None  # the values read that the fingerprint was taken under
         self._families: Families | None = None  # made on the first compile (codegen/families.py)
         self._lock = threading.RLock()
+        self._hot: HotPath | None = None  # the signature that last ran, checked before the key (hot_path.py)
         self.graphs = None  # runtime/graphs.py: CUDA graphs of its signatures, when asked for
         if cuda_graphs or (cuda_graphs is None and config.get("cuda_graphs")):
             from minicomp.runtime.graphs import Graphs
@@ -123,6 +125,11 @@ class JitFunction:
         return (in_spec, tuple(map(guards.leaf_key, leaves)), guards.global_state(), None if state is None else state())
 
     def __call__(self, *args, **kwargs):
+        hot = self._hot
+        if hot is not None and not kwargs and not _profiler._is_profiler_enabled:
+            result = hot(args, self._context_state)
+            if result is not MISS:
+                return result
         leaves, in_spec = self._flatten(args, kwargs)
         key = self._key(leaves, in_spec)
         entry = self.cache.get(key)
@@ -131,7 +138,19 @@ class JitFunction:
         if _profiler._is_profiler_enabled:  # a named range in torch.profiler traces; free otherwise
             with torch.profiler.record_function(f"minicomp: {self.__name__}"):
                 return entry(self.fn, leaves, in_spec)
-        return entry(self.fn, leaves, in_spec)
+        result = entry(self.fn, leaves, in_spec)
+        self._heat(key, leaves, entry)
+        return result
+
+    def _heat(self, key: tuple, leaves, entry) -> None:
+        """`entry`'s signature checked first on the next call (hot_path.py), where it can be."""
+        if type(entry) is not Entry:  # (eager, or a training signature: keyed every call)
+            self._hot = None
+            return
+        hot = entry.hot
+        if hot is None or (hot.graphed is not None and hot.record is not hot.graphed.records.get(())):
+            hot = entry.hot = hot_path(self.fn, key, leaves, entry)
+        self._hot = hot
 
     # -- a new signature -------------------------------------------------------
     def _first_call(self, key, leaves, in_spec):
@@ -172,6 +191,7 @@ class JitFunction:
             with self._lock:
                 if self.cache.get(key) is entry:  # a later call tries again (and says why it runs eagerly)
                     del self.cache[key]
+                    self._hot = None
             raise
         fallback.handle(self.__name__, failure, self.fallback, stacklevel=3)
         return result
@@ -179,6 +199,7 @@ class JitFunction:
     def _remember(self, key: guards.SignatureKey, entry) -> None:
         if len(self.cache) >= self.cache_limit:  # bounded: forget the oldest signature
             self.cache.pop(next(iter(self.cache)))
+            self._hot = None
         self.cache[key] = entry
         self.compiles += 1
 
@@ -254,6 +275,7 @@ class JitFunction:
         call = entry.call
         graphed = self.graphs.wrap(lambda args: call(*args), self.__name__, static=static, fixed=True)
         entry.call = lambda *args: graphed(list(args))
+        entry.graphed = graphed
 
     def _persistent_key(self, key: guards.SignatureKey) -> str | None:
         """The key of this signature on disk: the fingerprint of the function and what it reads,

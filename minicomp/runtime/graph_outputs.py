@@ -2,13 +2,15 @@
 
 A replay writes its outputs into the same memory of the pool every time. Each call hands out new
 tensors over that memory (one storage per memory: outputs that view one memory stay views of one
-another), without a copy. Just before the graph writes there again (its next replay, or its record
-dropped and the memory given back to the pool), each storage a caller still holds is copied out
-to memory of its own, and the caller's tensors (views included) move with it
-(`UntypedStorage._swap_data_ptr_`, as torch's CUDA graph trees move storages). So every output
-stays valid for as long as the caller keeps it, and a call whose caller has dropped the previous
-outputs (`out = f(x); use(out); del out`, a training step's gradients reset to None) copies
-nothing: no clone per call, where the plain copy costs a launch.
+another; the last call's storage again where the caller holds nothing of it), without a copy.
+Just before the graph writes there again (its next replay, or its record dropped and the memory
+given back to the pool), each storage a caller still holds is copied out to memory of its own,
+and the caller's tensors (views included) move with it (`UntypedStorage._swap_data_ptr_`, as
+torch's CUDA graph trees move storages). So every output stays valid for as long as the caller
+keeps it, and a call whose caller has dropped the previous outputs (`out = f(x); use(out); del
+out`, a training step's gradients reset to None) copies nothing: no clone per call, where the
+plain copy costs a launch. (A caller that keeps only an output's storage object, `out.
+untyped_storage()`, holds the same Python object this module does, which is not seen as held.)
 
 Where storages cannot move (torch < 2.12), a held output is marked instead: reading it raises
 STALE, as Inductor's CUDA graphs do, except outputs callers keep as a rule (a backward's gradients,
@@ -112,15 +114,21 @@ class OutputPlan:
                 memory.views.append(View(i, o))
         self.memories = list(memories.values())
 
-    def hand_out(self, outputs: tuple, inputs: list) -> tuple[list, list[torch.UntypedStorage]]:
-        """(what the caller gets, the storages handed out over the pool's memory)."""
+    def hand_out(
+        self, outputs: tuple, inputs: list, before: list[torch.UntypedStorage] = ()
+    ) -> tuple[list, list[torch.UntypedStorage]]:
+        """(what the caller gets, the storages handed out over the pool's memory). `before`: the
+        storages the last call handed out, settled (settle_held): one no caller holds any more is
+        still over its memory and is handed out again, a storage fewer to make."""
         results = list(outputs)
         handed = []
-        for memory in self.memories:
+        for m, memory in enumerate(self.memories):
             if self.copied:  # one copy a memory: outputs that view it stay views of one another
                 storage = outputs[memory.views[0].index].untyped_storage().clone()
             else:
-                storage = torch._C._construct_storage_from_data_pointer(memory.ptr, memory.device, memory.nbytes)
+                storage = before[m] if m < len(before) else None
+                if storage is None or _use_count(storage._cdata) > 1 or storage.data_ptr() != memory.ptr:
+                    storage = torch._C._construct_storage_from_data_pointer(memory.ptr, memory.device, memory.nbytes)
                 handed.append(storage)
             for view in memory.views:
                 results[view.index] = view.on(storage)
@@ -144,12 +152,15 @@ STALE = (
 )
 
 
+_use_count = torch._C._storage_Use_Count
+
+
 def settle_held(storages: list[torch.UntypedStorage]) -> None:
     """Each storage a caller still holds (more references than this list's own), before the graph's
     memory is written again: moved to memory of its own with its values, or, where storages cannot
     move, marked so that reading it raises STALE."""
     for storage in storages:
-        if torch._C._storage_Use_Count(storage._cdata) > 1:
+        if _use_count(storage._cdata) > 1:
             if _moves and not _capturing():  # (a record collected while another graph captures: no copy then)
                 own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device).untyped_storage()
                 own.copy_(storage)

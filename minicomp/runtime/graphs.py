@@ -167,7 +167,7 @@ class Record:
         marked stale: graph_outputs.py)."""
         settle_held(self.handed)
         self.graph.replay()
-        results, self.handed = self.plan.hand_out(self.outputs, inputs)
+        results, self.handed = self.plan.hand_out(self.outputs, inputs, self.handed)
         return results
 
     def release(self) -> None:
@@ -327,6 +327,12 @@ class Graphed:
                     self.name,
                 )
             return self.run(args)
+        return self.replay_recorded(record, args)
+
+    def replay_recorded(self, record: Record, args: list):
+        """Replay `record`, its inputs at the addresses it reads in place (checked by the caller):
+        the others copied into its buffers, its outputs handed out. `args` is consumed (cleared),
+        as a boxed call's are."""
         targets, sources = [], []
         for i, buffer, memory in record.buffers:
             value = args[i]

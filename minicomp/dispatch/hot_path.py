@@ -1,0 +1,99 @@
+"""A jitted function's last signature, found without its key (issue #39: a call's host time).
+
+A call's key (function.py `_key`) holds each tensor's shape, strides, dtype, device and
+requires_grad, each other argument's value and the global modes: building and hashing it is most of
+a small call's own time (2.7 of 8.7 µs for a graphed call of two tensors on the CPU machine). A loop
+calls a function with arguments like the last call's (a decoding step, a training step), so the
+signature that last ran is checked first, in one C++ call: torch's `TensorGuards` (what Dynamo's
+tensor guards were built on) compares each tensor's Python type, dispatch keys (CPU or CUDA,
+negative and conjugate views, inference tensors, autograd), dtype, device, requires_grad, sizes and
+strides with the call it was made from. The other arguments' keys, the global modes and the values
+the function reads are compared as the key compares them. Anything else goes the keyed way (which
+makes its own signature the hot one): keyword arguments, containers among the arguments, another
+count, a tensor of another type (a Parameter where a tensor was), a change.
+
+So a hit of the hot path is a hit of the key: every field the key holds is compared, and the checks
+are stricter where they differ. A graphed signature (runtime/graphs.py) also skips the layers
+between the entry and its record: the hot path checks the record's input addresses and replays it,
+and falls back to the keyed way for whatever needs the Graphed's bookkeeping (an input at another
+address, a record dropped or recorded again).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minicomp import guards
+from minicomp.dispatch.entries import Entry
+from minicomp.runtime.graph_inputs import at_their_addresses
+
+try:
+    from torch._C._dynamo.guards import TensorGuards
+except ImportError:  # (a torch without Dynamo's C++ guards: every call takes the keyed way)
+    TensorGuards = None
+
+MISS = object()  # a call the hot path does not serve
+
+
+class HotPath:
+    """One signature's entry, served when a call's arguments match it (see the module docstring)."""
+
+    __slots__ = ("fn", "count", "tensors", "check", "others", "modes", "context", "entry", "graphed", "record")
+
+    def __init__(self, fn, key: tuple, leaves, entry: Entry, graphed=None):
+        """`key`: the call's key as function.py builds it, (structure, leaf keys, modes, context)."""
+        _, leaf_keys, self.modes, self.context = key
+        self.fn = fn
+        self.count = len(leaves)
+        self.tensors = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        tensors = [leaves[i] for i in self.tensors]
+        self.check = TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.shape) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+        )
+        self.others = [(i, k) for i, k in enumerate(leaf_keys) if not isinstance(leaves[i], torch.Tensor)]
+        self.entry = entry
+        self.graphed = graphed
+        self.record = None if graphed is None else graphed.records.get(())
+
+    def __call__(self, args: tuple, context_state):
+        """The call's result, or MISS (nothing has run then)."""
+        if len(args) != self.count or guards.global_state() != self.modes:
+            return MISS
+        if not self.others:
+            if not self.check.check(*args):
+                return MISS
+        elif not self.check.check(*[args[i] for i in self.tensors]) or any(
+            guards.leaf_key(args[i]) != k for i, k in self.others
+        ):
+            return MISS
+        if context_state is not None and context_state() != self.context:
+            return MISS
+        entry = self.entry
+        if self.record is None:
+            return entry(self.fn, args, self.count)
+        graphed, record = self.graphed, self.record
+        inputs = list(args) if entry.slots is None else [args[i] for i in entry.slots]
+        if graphed.records.get(()) is not record or not at_their_addresses(inputs, record.ptrs, record.slots):
+            return MISS  # (dropped, recorded again, or an input moved: Graphed's bookkeeping decides)
+        outputs = graphed.replay_recorded(record, inputs)
+        return entry.unflatten(outputs) if entry.unflatten is not None else entry.outputs.assemble(outputs, args)
+
+
+def hot_path(fn, key: tuple, leaves, entry) -> HotPath | None:
+    """The hot path of a signature whose entry just served a call, or None where the keyed way must
+    run every call: no C++ guards, an entry that is not compiled code, one that checks its
+    arguments first (an input it writes into, constants it watches), arguments flattened from
+    containers, or a graphed entry whose record needs more than a replay (saved values for a
+    backward)."""
+    if TensorGuards is None or type(entry) is not Entry or entry.mutated or entry.watched:
+        return None
+    if not isinstance(key[0], int):  # (a TreeSpec: keyword arguments, containers, defaults bound)
+        return None
+    graphed = getattr(entry, "graphed", None)
+    if graphed is not None:
+        record = graphed.records.get(())
+        if record is None or record.saved or not graphed.fixed:
+            return None
+    return HotPath(fn, key, leaves, entry, graphed)
