@@ -30,7 +30,7 @@ from torch.func import functional_call
 from minicomp import guards
 from minicomp.dispatch.function import JitFunction
 from minicomp.guards import fingerprint, reads
-from minicomp.guards.context import Held, _put_back, changed_read
+from minicomp.guards.context import Held, ReadKeys, _put_back, changed_read
 
 # nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
 _INTERNAL = {
@@ -65,12 +65,14 @@ class ModuleContext:
         methods = [f for c in classes for k in c.__mro__ if not reads.is_library(k) for f in vars(k).values()]
         functions = [f for f in methods if isinstance(f, types.FunctionType)]
         self.reads = reads.Reads(*functions, classes=classes)  # `self.act` rebound on the class is seen
+        self._keys = ReadKeys()  # their keys, reused where they cannot have changed
 
     def state(self) -> tuple:
         """Checked on every call: the training flags and plain attributes of every submodule, and
         what the methods of the user's module classes read (globals, closures: reads.py)."""
-        modules = tuple(_module_key(m) for m in self.module.modules())
-        return modules + tuple(map(guards.state_key, self.reads.values()))
+        memo = {}  # user objects keyed so far (guards.state_key): a config object many submodules hold
+        modules = tuple(_module_key(m, memo) for m in self.module.modules())
+        return modules + self._keys(self.reads.values(), memo)
 
     def describe(self, old: tuple, new: tuple) -> str:
         (old_modules, old_read), (new_modules, new_read) = self.split(old), self.split(new)
@@ -136,7 +138,7 @@ def _hooks(modules) -> list[tuple]:
     ]
 
 
-def _module_key(m: torch.nn.Module) -> tuple:
+def _module_key(m: torch.nn.Module, memo: dict | None = None) -> tuple:
     parts = [type(m)]
     for name, value in vars(m).items():
         if name in _INTERNAL:
@@ -145,7 +147,7 @@ def _module_key(m: torch.nn.Module) -> tuple:
             if value:
                 parts.append((name, tuple(guards.ByIdentity(hook) for hook in value.values())))
             continue
-        parts.append((name, guards.state_key(value)))
+        parts.append((name, guards.state_key(value, 0, memo)))
     return tuple(parts)
 
 

@@ -22,13 +22,58 @@ import torch
 
 from minicomp import guards
 from minicomp.guards import SideEffect, reads, state_key
+from minicomp.guards.key import IMMUTABLE
+
+_CONTAINERS = (dict, list, set, frozenset, tuple)
 
 
-def _fixed(value) -> bool:
-    """A value whose key cannot change while it is the same object."""
-    if type(value) is tuple:  # a function's defaults
+def _fixed(value, key) -> bool:
+    """Whether `value`'s key (`key`, its state_key) cannot change while it is the same object: an
+    immutable value (a number, a string, a dtype), a tuple of plain ones (a function's defaults),
+    one keyed by its identity alone (a
+    function, a class, a module, a compiled pattern, a bound method). Not a container, whose
+    items may change (one keyed by identity for its size may shrink), nor a user object, keyed
+    by its attributes."""
+    if type(value) is tuple:
         return all(type(item) in guards.PLAIN for item in value)
-    return type(value) in guards.PLAIN or value is reads.MISSING or isinstance(value, guards.SAME_OBJECT)
+    if type(value) in IMMUTABLE or value is reads.MISSING or isinstance(value, guards.SAME_OBJECT):
+        return True
+    return (
+        not isinstance(value, _CONTAINERS)
+        and type(key) is tuple
+        and len(key) == 2
+        and key[0] is type(value)
+        and type(key[1]) in (guards.ByIdentity, guards.Unguardable)
+        and key[1].obj is value
+    )
+
+
+class ReadKeys:
+    """The keys (state_key) of the values a context reads, one reading after another: a value that
+    is the same object as at the last reading, with a key that cannot change while it is
+    (`_fixed`), keeps its key; the others are keyed again, each object once a reading (`memo`).
+    A transformers GPT-2's module reads 2848 values (the globals of its classes' methods and of
+    what they call), 166 of them not fixed, 764 distinct objects: keyed anew on each call, they
+    took 2.8 ms of it."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self):
+        self._last: tuple[list, tuple, list[int]] = ([], (), [])  # values, their keys, positions keyed each time
+
+    def __call__(self, values: list, memo: dict | None = None) -> tuple:
+        memo = {} if memo is None else memo
+        last_values, last_keys, again = self._last  # (one read: another thread may replace it meanwhile)
+        if len(values) == len(last_values) and all(map(operator.is_, values, last_values)):
+            if not again:
+                return last_keys
+            keys = list(last_keys)
+            for i in again:
+                keys[i] = state_key(values[i], 0, memo)
+            return tuple(keys)
+        keys = tuple(state_key(v, 0, memo) for v in values)
+        self._last = (values, keys, [i for i, (v, k) in enumerate(zip(values, keys)) if not _fixed(v, k)])
+        return keys
 
 
 def changed_read(read: reads.Reads, old: tuple, new: tuple) -> str:
@@ -75,19 +120,13 @@ class FunctionContext:
         # a bound method's class: what `self.helper(x)` looks up (the caller binds fn's own defaults)
         classes = (type(self.owner),) if self.owner is not None else ()
         self.reads = reads.Reads(fn, classes=classes, bound=fn)
-        self._last: tuple[list, tuple | None] = ([], None)  # values whose key is their identity, and that key
+        self._keys = ReadKeys()
 
     def state(self) -> tuple:
-        """The values the trace read, keyed (`state_key`): a changed one is a new signature. When
-        every value is one whose key is its identity or value (a number, a string, a module, a
-        function, a class) and each is the same object as last call, the last key is reused."""
-        values = self.reads.values()
-        last_values, last_key = self._last
-        if last_key is not None and len(values) == len(last_values) and all(map(operator.is_, values, last_values)):
-            return last_key
-        key = tuple(map(state_key, values))
-        self._last = (values, key) if all(map(_fixed, values)) else ([], None)
-        return key
+        """The values the trace read, keyed (`state_key`): a changed one is a new signature. A
+        value that is the same object as last call, with a key that cannot change while it is (a
+        number, a string, a module, a function, a class), keeps its key (ReadKeys)."""
+        return self._keys(self.reads.values())
 
     def describe(self, old: tuple, new: tuple) -> str:
         return changed_read(self.reads, old, new)

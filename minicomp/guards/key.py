@@ -65,6 +65,7 @@ _BY_VALUE = (
     type(Ellipsis),
     range,
 )
+IMMUTABLE = frozenset((*_BY_VALUE, float, complex))  # a value keyed by value that cannot change in place
 _BY_IDENTITY = (
     types.FunctionType,
     types.BuiltinFunctionType,
@@ -203,22 +204,34 @@ SAME_OBJECT = (
 )
 
 
-def state_key(value, depth: int = 0):
+def state_key(value, depth: int = 0, memo: dict | None = None):
     """A value a trace read outside its arguments (a global, a closure cell, a module attribute),
     keyed so that what the compiled code would not follow changes the key: plain values by
     value; functions, classes and modules by identity (a rebound helper is seen); a tensor by
     identity and layout (the compiled code holds it, so in-place changes need no key); an
     nn.Module by identity and its submodules' training flags; a user object by its attributes,
-    two levels down; anything else, and containers over _BY_VALUE_LIMIT items, by identity."""
+    two levels down; anything else, and containers over _BY_VALUE_LIMIT items, by identity.
+    `memo`: user objects keyed so far in one reading of the state (every submodule of a
+    transformers model holds its one config object: keyed once, not once a submodule)."""
     cls = type(value)
     if cls in PLAIN:  # the common cases first: a call reads these every time
         return (cls, value) if cls is not float else (cls, value.hex())
     if value is reads.MISSING or isinstance(value, SAME_OBJECT):
         return value  # hashed and compared by identity
+    if memo is None:
+        return _state_key(value, depth, None)
+    found = memo.get((id(value), depth))
+    if found is None:
+        found = memo[(id(value), depth)] = _state_key(value, depth, memo)
+    return found
+
+
+def _state_key(value, depth: int, memo: dict | None):
+    """state_key of a value neither plain nor keyed as itself."""
     if isinstance(value, torch.nn.Module):
         return (type(value), ByIdentity(value), tuple(m.training for m in value.modules()))
     if user_object(value) and depth < 2:
-        return (type(value), tuple((k, state_key(v, depth + 1)) for k, v in vars(value).items()))
+        return (type(value), tuple((k, state_key(v, depth + 1, memo)) for k, v in vars(value).items()))
     if isinstance(value, (tuple, list, dict, set, frozenset)) and len(value) > _BY_VALUE_LIMIT:
         return (type(value), ByIdentity(value))
     key = value_key(value)
