@@ -148,7 +148,9 @@ class JitFunction:
             self._hot = None
             return
         hot = entry.hot
-        if hot is None or (hot.graphed is not None and hot.record is not hot.graphed.records.get(())):
+        # made again where it served no call that went to its entry (made from a Parameter, a
+        # call now passes a tensor; a graphed input moved) or its record changed
+        if hot is None or hot is self._hot or hot.stale():
             hot = entry.hot = hot_path(self.fn, key, leaves, entry)
         self._hot = hot
 

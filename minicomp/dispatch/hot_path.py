@@ -21,6 +21,9 @@ address, a record dropped or recorded again).
 
 from __future__ import annotations
 
+import operator
+import weakref
+
 import torch
 
 from minicomp import guards
@@ -33,12 +36,17 @@ except ImportError:  # (a torch without Dynamo's C++ guards: every call takes th
     TensorGuards = None
 
 MISS = object()  # a call the hot path does not serve
+_NESTED = operator.attrgetter("is_nested")  # (TensorGuards aborts the process on a nested tensor's strides)
 
 
 class HotPath:
     """One signature's entry, served when a call's arguments match it (see the module docstring)."""
 
     __slots__ = ("fn", "count", "tensors", "check", "others", "modes", "context", "entry", "graphed", "record")
+
+    def stale(self) -> bool:
+        """A graphed entry's hot path whose record is no longer the one its Graphed replays."""
+        return self.graphed is not None and self.record() is not self.graphed.records.get(())
 
     def __init__(self, fn, key: tuple, leaves, entry: Entry, graphed=None):
         """`key`: the call's key as function.py builds it, (structure, leaf keys, modes, context)."""
@@ -55,27 +63,35 @@ class HotPath:
         self.others = [(i, k) for i, k in enumerate(leaf_keys) if not isinstance(leaves[i], torch.Tensor)]
         self.entry = entry
         self.graphed = graphed
-        self.record = None if graphed is None else graphed.records.get(())
+        # the record it replays, held weakly: a record the graphs' bound drops frees its memory
+        self.record = None if graphed is None else weakref.ref(graphed.records[()])
 
     def __call__(self, args: tuple, context_state):
         """The call's result, or MISS (nothing has run then)."""
         if len(args) != self.count or guards.global_state() != self.modes:
             return MISS
-        if not self.others:
-            if not self.check.check(*args):
+        tensors = args if not self.others else [args[i] for i in self.tensors]
+        try:
+            if any(map(_NESTED, tensors)):
                 return MISS
-        elif not self.check.check(*[args[i] for i in self.tensors]) or any(
-            guards.leaf_key(args[i]) != k for i, k in self.others
-        ):
+        except AttributeError:  # (not a tensor where one was)
+            return MISS
+        if not self.check.check(*tensors):
+            return MISS
+        if self.others and any(guards.leaf_key(args[i]) != k for i, k in self.others):
             return MISS
         if context_state is not None and context_state() != self.context:
             return MISS
         entry = self.entry
         if self.record is None:
             return entry(self.fn, args, self.count)
-        graphed, record = self.graphed, self.record
+        graphed, record = self.graphed, self.record()
         inputs = list(args) if entry.slots is None else [args[i] for i in entry.slots]
-        if graphed.records.get(()) is not record or not at_their_addresses(inputs, record.ptrs, record.slots):
+        if (
+            record is None
+            or graphed.records.get(()) is not record
+            or not at_their_addresses(inputs, record.ptrs, record.slots)
+        ):
             return MISS  # (dropped, recorded again, or an input moved: Graphed's bookkeeping decides)
         outputs = graphed.replay_recorded(record, inputs)
         return entry.unflatten(outputs) if entry.unflatten is not None else entry.outputs.assemble(outputs, args)

@@ -229,9 +229,12 @@ RESERVED = set(keyword.kwlist) | {
     "offsets", "mask", "pid", "n_elements", "BLOCK_SIZE",
     "xindex", "xmask", "xstart", "xoffset", "rindex", "rmask", "roffset", "RBLOCK", "XBLOCK",
 }  # fmt: skip
-# names generated code defines: index variables x0, r1; pointers a_ptr; kernels, launches; the
-# combine helpers of templates/combine.py.j2; the runtime's Launch and launch specs
-_GENERATED = re.compile(r"[xr]\d+|.*_ptr|mc_.*|launch_\d+|_(sum|prod|max|min|argmax|argmin|exp_shift)(_nan)?|\w*Launch")
+# names generated code defines: index variables x0, r1; pointers a_ptr (and a value `out` would
+# point through `out_ptr`, a kernel's output); kernels, launches; the combine helpers of
+# templates/combine.py.j2; the runtime's Launch and launch specs
+_GENERATED = re.compile(
+    r"[xr]\d+|out\d*|.*_ptr|mc_.*|launch_\d+|_(sum|prod|max|min|argmax|argmin|exp_shift)(_nan)?|\w*Launch"
+)
 
 
 def is_reserved(name: str) -> bool:

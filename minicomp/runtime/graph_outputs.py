@@ -126,7 +126,8 @@ class OutputPlan:
             if self.copied:  # one copy a memory: outputs that view it stay views of one another
                 storage = outputs[memory.views[0].index].untyped_storage().clone()
             else:
-                storage = before[m] if m < len(before) else None
+                # (where storages cannot move, one held is marked stale: never handed out again)
+                storage = before[m] if _moves and m < len(before) else None
                 if storage is None or _use_count(storage._cdata) > 1 or storage.data_ptr() != memory.ptr:
                     storage = torch._C._construct_storage_from_data_pointer(memory.ptr, memory.device, memory.nbytes)
                 handed.append(storage)

@@ -134,6 +134,7 @@ class Record:
         "handed",
         "saved",
         "base",
+        "__weakref__",  # (a hot path holds its record weakly: dispatch/hot_path.py)
     )
 
     def __init__(self, graph, buffers, static_ptrs, outputs, plan: OutputPlan):

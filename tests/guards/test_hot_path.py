@@ -183,6 +183,59 @@ def test_a_signature_forgotten_is_not_kept_hot():
     jitted(torch.randn(4), torch.randn(4), 2)  # compiles; the first signature is forgotten
     assert jitted._hot is None or jitted._hot.entry is not first
     assert first not in jitted.cache.values()
+    torch.testing.assert_close(jitted(x, y, 2), scaled_sum(x, y, 2))  # compiled again
+    assert jitted.compiles == 3
+
+
+def test_a_nested_tensor_where_a_tensor_was_runs_eagerly():
+    """(torch's C++ tensor guards abort the process on a nested tensor: it is refused before them)"""
+    jitted, _ = _hot(number=False)
+    x = torch.nested.nested_tensor([torch.randn(5), torch.randn(5)])
+    got = jitted(x, x)
+    for a, b in zip(got.unbind(), _g(x, x).unbind()):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_hot_path_made_from_a_parameter_is_made_again_for_tensors(monkeypatch):
+    """A signature first called with a Parameter (the key does not tell it from a tensor, the C++
+    check does) serves later calls with plain tensors from the next call on."""
+    jitted = minicomp.jit(scaled_sum)
+    x, y = torch.randn(3), torch.randn(3)
+    for _ in range(2):
+        jitted(torch.nn.Parameter(x.clone(), requires_grad=False), y, 2)
+    keyed = _keyed(monkeypatch, jitted)
+    for _ in range(4):
+        torch.testing.assert_close(jitted(x, y, 2), scaled_sum(x, y, 2))
+    assert keyed == [1] and jitted.compiles == 1
+
+
+def test_entries_that_check_their_arguments_first_are_always_keyed():
+    """An entry that writes into an input (its aliasing checked per call), a training signature and
+    a signature run eagerly never go hot; nor does a jitted module (its state is read each call)."""
+
+    def add_into(out, x):
+        out.add_(x)
+        return out
+
+    written = minicomp.jit(add_into)
+    out, x = torch.zeros(4), torch.ones(4)
+    for _ in range(3):
+        written(out, x)
+    torch.testing.assert_close(out, torch.full((4,), 3.0))
+    training = minicomp.jit(scaled_sum)
+    w = torch.randn(3, requires_grad=True)
+    for _ in range(3):
+        training(w, torch.randn(3), 2).sum().backward()
+    eager = minicomp.jit(scaled_sum, fallback="silent")
+    neg = torch.randn(3)._neg_view()
+    for _ in range(3):
+        eager(neg, neg, 2)
+    module = minicomp.jit(torch.nn.Linear(3, 2))
+    with torch.no_grad():
+        for _ in range(3):
+            module(torch.randn(4, 3))
+    assert written._hot is None and training._hot is None and eager._hot is None
+    assert module.compiled._hot is None
 
 
 def test_signatures_in_turn_each_hot_once_made():

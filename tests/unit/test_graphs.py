@@ -9,7 +9,9 @@ captured outputs."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 
 import pytest
 import torch
@@ -126,8 +128,9 @@ def test_static_inputs_read_in_place(device):
     graphs = Graphs(limit=4, rerecords=2, device=device)
     w = torch.randn(8)
     f = graphs.wrap(_boxed(lambda w, x: (w * x,)), "f", static=[0])
-    for _ in range(3):
-        f([w, torch.randn(8)])
+    xs = [torch.randn(8) for _ in range(3)]  # (all alive: each at its own address)
+    for x in xs:
+        f([w, x])
     record = next(iter(f.records.values()))
     assert [i for i, _, _ in record.buffers] == [1]  # w has no buffer ...
     with torch.no_grad():
@@ -737,7 +740,7 @@ def test_a_dropped_record_is_not_replayed_by_the_hot_path(device):
     for _ in range(3):
         jitted(x)
     hot = jitted._hot
-    assert hot is not None and hot.record is not None
+    assert hot is not None and hot.record() is not None
     hot.graphed.refuse("a test")
     replays = device.graphs[0].replays
     x.copy_(torch.randn(3))
@@ -750,3 +753,21 @@ def test_a_dropped_record_is_not_replayed_by_the_hot_path(device):
                 x = torch.randn(n)
                 torch.testing.assert_close(other(x), f(x))
     assert other.graphs.recorded() == 1
+
+
+def test_records_the_bound_drops_are_freed_though_their_signatures_were_hot(device):
+    """A hot path holds its record weakly: with one graph kept, five signatures made hot in turn
+    leave one record alive, not five (a dropped graph's memory goes back to the pool)."""
+
+    def f(x):
+        return x.exp() + 1
+
+    jitted = _graphed_jit(f, device, limit=1)
+    records = []
+    for n in range(1, 6):
+        x = torch.randn(n)
+        for _ in range(3):  # warm-up, capture, a replay by the key (which makes it hot)
+            torch.testing.assert_close(jitted(x), f(x))
+        records.append(weakref.ref(jitted._hot.record()))
+    gc.collect()
+    assert sum(r() is not None for r in records) == 1
