@@ -86,7 +86,8 @@ class Donating:
             results = {o for o in self.compiled.graph.outputs if isinstance(o, str)}
             lines = self.compiled.source.split("def call_boxed", 1)[-1].splitlines()
             self._taken = any(
-                line.split("=", 1)[0].strip() in results and ("= donated_" in line or "over_or_empty(donated_" in line)
+                line.split("=", 1)[0].strip() in results
+                and any(over in line for over in ("= donated_", "reinterpret(donated_", "over_or_empty(donated_"))
                 for line in lines
             )
         return self._taken

@@ -126,8 +126,7 @@ class OutputPlan:
             if self.copied:  # one copy a memory: outputs that view it stay views of one another
                 storage = outputs[memory.views[0].index].untyped_storage().clone()
             else:
-                # (where storages cannot move, one held is marked stale: never handed out again)
-                storage = before[m] if _moves and m < len(before) else None
+                storage = before[m] if m < len(before) else None  # (None: settle_held moved or marked it)
                 if storage is None or _use_count(storage._cdata) > 1 or storage.data_ptr() != memory.ptr:
                     storage = torch._C._construct_storage_from_data_pointer(memory.ptr, memory.device, memory.nbytes)
                 handed.append(storage)
@@ -156,12 +155,14 @@ STALE = (
 _use_count = torch._C._storage_Use_Count
 
 
-def settle_held(storages: list[torch.UntypedStorage]) -> None:
+def settle_held(storages: list) -> None:
     """Each storage a caller still holds (more references than this list's own), before the graph's
     memory is written again: moved to memory of its own with its values, or, where storages cannot
-    move, marked so that reading it raises STALE."""
-    for storage in storages:
-        if _use_count(storage._cdata) > 1:
+    move, marked so that reading it raises STALE; its place in the list becomes None (never handed
+    out again: one marked stays marked after its holder drops it, even while the graph replays)."""
+    for k, storage in enumerate(storages):
+        if storage is not None and _use_count(storage._cdata) > 1:
+            storages[k] = None
             if _moves and not _capturing():  # (a record collected while another graph captures: no copy then)
                 own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device).untyped_storage()
                 own.copy_(storage)

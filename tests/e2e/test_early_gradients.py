@@ -241,7 +241,10 @@ def test_gradients_scaled_over_themselves(over, module_sources, monkeypatch):
         out = torch.compile(lambda h, W, y: F.cross_entropy(h @ W.T, y), backend=dynamo.backend)(h, W, y)
         grads = torch.autograd.grad(out, [h, W], torch.tensor(3.0))
     backward = next(t for t in module_sources if "tangents_1" in t)
-    assert ("as_strided" in backward) == over
+    over_saved = [
+        line for line in backward.splitlines() if "= reinterpret(" in line and "'s memory: read there" in line
+    ]
+    assert bool(over_saved) == over
     for got, want in zip(grads, torch.autograd.grad(F.cross_entropy(h @ W.T, y), [h, W], torch.tensor(3.0))):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 

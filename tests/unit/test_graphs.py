@@ -366,6 +366,37 @@ def test_a_storage_no_caller_holds_is_handed_out_again(device):
     torch.testing.assert_close(out, x2.exp())
 
 
+def test_a_storage_marked_stale_is_not_handed_out_again(device, monkeypatch):
+    """Where storages cannot move, a held output's storage is marked stale. Its holder may drop it
+    while the graph replays (another thread): the next hand-out still makes a new storage, where
+    one dropped before the call is handed out again."""
+    marked, made = [], []
+    monkeypatch.setattr(graph_outputs, "_moves", False)
+    monkeypatch.setattr(graph_outputs, "_poison", lambda cdata, message: marked.append(cdata))
+    real_make = torch._C._construct_storage_from_data_pointer
+    monkeypatch.setattr(torch._C, "_construct_storage_from_data_pointer", lambda *a: made.append(1) or real_make(*a))
+    graphs = Graphs(limit=4, rerecords=2, device=device)
+    f = graphs.wrap(_boxed(lambda x: (x.exp(),)), "f")
+    for _ in range(3):
+        f([torch.randn(5)])
+    record = next(iter(f.records.values()))
+    made.clear()
+    f([torch.randn(5)])  # the last call's output was dropped: its storage handed out again
+    assert made == []
+    held = [f([torch.randn(5)])[0]]
+    real_replay = record.graph.replay
+
+    def replay():  # the holder drops its output while the graph replays
+        held.clear()
+        real_replay()
+
+    monkeypatch.setattr(record.graph, "replay", replay)
+    x = torch.randn(5)
+    (out,) = f([x])
+    assert len(marked) == 1 and made == [1]
+    torch.testing.assert_close(out, x.exp())
+
+
 def test_without_moves_a_held_output_is_marked_and_kept_ones_copied(device, monkeypatch):
     """torch < 2.12 cannot move a storage: a held output is marked stale (reading it raises, on a
     GPU) and the outputs callers keep as a rule (`kept`: gradients) come back as copies."""

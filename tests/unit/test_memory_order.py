@@ -21,7 +21,7 @@ from minicomp.plan import fusion, schedule, storages
 from minicomp.runtime import tuning
 from minicomp.tools.workloads import WORKLOADS, llama_block
 
-IN_PLACE = re.compile(r"^\s*(\w+) = (\w+)(?:\.as_strided\(.*\))?  # in \2's memory", re.M)
+IN_PLACE = re.compile(r"^\s*(\w+) = (?:reinterpret\()?(\w+)(?:, .*\))?  # in \2's memory", re.M)
 
 
 def reused(source: str) -> dict[str, str]:
