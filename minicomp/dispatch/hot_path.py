@@ -44,10 +44,6 @@ class HotPath:
 
     __slots__ = ("fn", "count", "tensors", "check", "others", "modes", "context", "entry", "graphed", "record")
 
-    def stale(self) -> bool:
-        """A graphed entry's hot path whose record is no longer the one its Graphed replays."""
-        return self.graphed is not None and self.record() is not self.graphed.records.get(())
-
     def __init__(self, fn, key: tuple, leaves, entry: Entry, graphed=None):
         """`key`: the call's key as function.py builds it, (structure, leaf keys, modes, context)."""
         _, leaf_keys, self.modes, self.context = key
@@ -65,6 +61,10 @@ class HotPath:
         self.graphed = graphed
         # the record it replays, held weakly: a record the graphs' bound drops frees its memory
         self.record = None if graphed is None else weakref.ref(graphed.records[()])
+
+    def stale(self) -> bool:
+        """A graphed entry's hot path whose record is no longer the one its Graphed replays."""
+        return self.graphed is not None and self.record() is not self.graphed.records.get(())
 
     def __call__(self, args: tuple, context_state):
         """The call's result, or MISS (nothing has run then)."""

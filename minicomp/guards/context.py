@@ -30,10 +30,10 @@ _CONTAINERS = (dict, list, set, frozenset, tuple)
 def _fixed(value, key) -> bool:
     """Whether `value`'s key (`key`, its state_key) cannot change while it is the same object: an
     immutable value (a number, a string, a dtype), a tuple of plain ones (a function's defaults),
-    one keyed by its identity alone (a
-    function, a class, a module, a compiled pattern, a bound method). Not a container, whose
-    items may change (one keyed by identity for its size may shrink), nor a user object, keyed
-    by its attributes."""
+    one keyed by its identity alone (a function, a class, a module, a compiled pattern, a bound
+    method). Not a container, whose items may change (one keyed by identity for its size may
+    shrink), nor a user object (keyed by its attributes), a tensor or a module (by their layout
+    and training flags)."""
     if type(value) is tuple:
         return all(type(item) in guards.PLAIN for item in value)
     if type(value) in IMMUTABLE or value is reads.MISSING or isinstance(value, guards.SAME_OBJECT):
