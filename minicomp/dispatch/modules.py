@@ -30,7 +30,8 @@ from torch.func import functional_call
 from minicomp import guards
 from minicomp.dispatch.function import JitFunction
 from minicomp.guards import fingerprint, reads
-from minicomp.guards.context import Held, ReadKeys, _put_back, changed_read
+from minicomp.guards.context import Held, _put_back, changed_read
+from minicomp.guards.read_keys import ReadKeys
 
 # nn.Module's own bookkeeping: parameters, buffers and submodules reach the trace another way
 _INTERNAL = {

@@ -3,6 +3,7 @@
 key.py          the signature key: arguments, global modes, the Python values a function reads
 checks.py       what is checked on a call instead, and what a trace refuses and why
 reads.py        what a function reads besides its arguments (globals, cells, helpers)
+read_keys.py    their keys call after call, reused where they cannot have changed
 context.py      a function's Python context: watched while tracing, undone on failure
 fingerprint.py  a function's code and reads as a hash, for the disk cache
 """

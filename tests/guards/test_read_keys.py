@@ -8,7 +8,7 @@ import torch
 
 import minicomp
 from minicomp.guards import state_key
-from minicomp.guards.context import ReadKeys
+from minicomp.guards.read_keys import ReadKeys
 
 
 class Config:
