@@ -107,7 +107,7 @@ def hot_path(fn, key: tuple, leaves, entry) -> HotPath | None:
         return None
     if not isinstance(key[0], int):  # (a TreeSpec: keyword arguments, containers, defaults bound)
         return None
-    graphed = getattr(entry, "graphed", None)
+    graphed = entry.graphed
     if graphed is not None:
         record = graphed.records.get(())
         if record is None or record.saved or not graphed.fixed:
