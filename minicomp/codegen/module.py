@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import alike, combo, matmul, pointwise, reduction, row_products, scatter, view_layouts
+from minicomp.codegen import alike, combo, matmul, pointwise, reduction, row_products, scan, scatter, view_layouts
 from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.combo import Piece
 from minicomp.codegen.families import Families
@@ -32,7 +32,7 @@ from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import attention_mask, mask_strides
 from minicomp.plan.fusion import Extern, Kernel, Plan
 from minicomp.plan.padded_writes import border
-from minicomp.plan.steps import MatmulKernel, PointwiseKernel, ReductionKernel, ScatterKernel
+from minicomp.plan.steps import MatmulKernel, PointwiseKernel, ReductionKernel, ScanKernel, ScatterKernel
 from minicomp.plan.storages import Storages
 from minicomp.plan.storages import uses as step_uses
 
@@ -41,6 +41,7 @@ WRITERS: dict[type, Callable[[Plan, Kernel], KernelSource]] = {
     PointwiseKernel: pointwise.write,
     ReductionKernel: reduction.write,
     ScatterKernel: scatter.write,
+    ScanKernel: scan.write,
     MatmulKernel: matmul.write,
 }
 
@@ -115,7 +116,7 @@ class _Body:
         self.kernels: list[str] = []
         self.calls: list[KernelCall] = []
         self.runtime_names = {"Launch"}  # what the module imports from minicomp.runtime
-        self.combines = False  # whether a kernel calls combine.py.j2's helpers (a reduction, a one-row matmul)
+        self.combines = False  # whether a kernel calls combine.py.j2's helpers (a reduction, a scan, a one-row matmul)
         self.wrapper: list[str] = []
         self.uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
         self.storages = Storages.of(plan)
@@ -321,7 +322,7 @@ class _Body:
         first = self.alike.first(text, self.signature(args, scalars), launcher)  # one Launch binds one binary
         self.kernels.append(text.rstrip() if first == launcher else _bound_to(text, launcher, first))
         stores = tuple(n for _, kernel in pieces for n in kernel.stores)
-        self.combines |= any(s.kind == "reduction" or getattr(s, "row", False) for s, _ in pieces)
+        self.combines |= any(s.kind in ("reduction", "scan") or getattr(s, "row", False) for s, _ in pieces)
         self.calls.append(KernelCall(launcher, name, pieces[0][0].kind, tuple(args), stores, scalars))
         self.line(f"{launcher}({', '.join(args + [str(v) for v in scalars])})  # {name}", set(args))
 

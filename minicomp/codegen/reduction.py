@@ -266,10 +266,16 @@ class ReductionWriter(ReductionLines, KernelWriter):
             if len(phase.stores) == 1:  # a pass's one element store: each element after its loads
                 (name,) = phase.stores
                 aligned[name] = written_over(self._offset(name), k, self.load_sites, self.load_offsets, len(self.rows))
+        groups = -(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0
+        return self.source(ReductionSource, outs, groups=groups, aligned=aligned)
+
+    def source(self, kind: type[ReductionSource], outs: dict[str, str], **fields) -> ReductionSource:
+        """The kernel's source of `kind` (this class's, or a kind written in its frame: a scan),
+        storing to `outs` (store -> its pointer parameter), once its lines are written."""
         params = list(self.pointers.values()) + list(outs.values())
         args = list(self.pointers) + list(outs)
         wide_index = needs_wide_index(self.plan, self.xspace.numel * self.extent, args)
-        return ReductionSource(
+        return kind(
             kernel=self.kernel,
             name=self.kernel.name,
             params=params,
@@ -280,8 +286,7 @@ class ReductionWriter(ReductionLines, KernelWriter):
             wide_index=wide_index,
             rblock=self.rblock,
             extent=self.extent,
-            groups=-(-self.xspace.numel // self.kernel.group) if self.kernel.group else 0,
-            aligned=aligned,
+            **fields,
         )
 
     def _read_only_at(self, name: str) -> tuple[str, ...]:

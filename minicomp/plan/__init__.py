@@ -8,6 +8,7 @@ stages.py            each node's kind, stage and whether it is materialized (fus
 fusion.py            which values become which kernels (rules 4-5); why two did not fuse
 apart.py             rule 4's limit: values that share nothing, each reading a large buffer, run apart
 scatter.py           scatter kernels: a scatter-add's stage, what it reads, how its output starts
+scan.py              scan kernels: a cumsum's stage and how its kernel walks the scanned dim
 matmul.py            matmul kernels: which matmuls run as a template (the setting), the epilogue each stores
 row_reads.py         where a reduction kernel reads its reductions: a read at another row is cut (rule 5)
 schedule.py          the order of steps, for peak memory

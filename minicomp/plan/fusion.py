@@ -32,7 +32,7 @@ The rules, in order:
    name the edge and the indexes.
 
 The plan (steps.py) is everything codegen needs and nothing it must ask back:
-each kernel's kind (its class: `PointwiseKernel`, `ReductionKernel`, `ScatterKernel`; codegen has
+each kernel's kind (its class: `PointwiseKernel`, `ReductionKernel`, `ScatterKernel`, `ScanKernel`; codegen has
 one writer and one template per kind), the nodes it computes, the buffers it
 reads and writes, and the strides of every value a kernel writes
 (`Plan.strides`, from layout.py).
@@ -51,7 +51,7 @@ from minicomp.ir import Graph
 from minicomp.lowering.layout import attention_mask, mask_strides, output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
-from minicomp.plan import apart, matmul, row_reads, scatter, stages
+from minicomp.plan import apart, matmul, row_reads, scan, scatter, stages
 from minicomp.plan.reduction_space import ReductionSpace, reduction_form, row_itemsize
 from minicomp.plan.steps import Extern, Kernel, Plan, PointwiseKernel, ReductionKernel, Refusal
 
@@ -131,6 +131,7 @@ def _kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kernel]:
             pointwise[key].stores.append(name)
     kernels = [k for k in reductions.values() if k.stores] + list(pointwise.values())
     kernels += scatter.kernels(graph, kinds, stage)  # a kernel of atomic adds a scatter (plan/scatter.py)
+    kernels += scan.kernels(graph, kinds, stage)  # a kernel a scan (plan/scan.py)
     kernels.sort(key=lambda k: (k.stage, graph.position[k.stores[0]]))
     return [replace(k, index=i) for i, k in enumerate(kernels)]
 

@@ -46,8 +46,9 @@ def operands(graph: Graph, kinds, name: str) -> list[str]:
 
 
 def input_stage(kinds, stage, name: str) -> int:
-    """The stage from which `name` can be read: a scatter's result one stage after its kernel's."""
-    return stage[name] + (kinds[name] is NodeKind.SCATTER)
+    """The stage from which `name` can be read: a scatter's or a scan's result (a kernel of its
+    own: `NodeKind.alone`) one stage after its kernel's."""
+    return stage[name] + kinds[name].alone
 
 
 def materialized(graph: Graph, kinds) -> set[str]:
@@ -66,13 +67,23 @@ def stage_of(graph: Graph, kinds, name: str, stage, space) -> tuple[int, Refusal
     """(the stage of scatter `name`'s kernel, why it is later than its inputs'). Its values and
     indexes are computed inline, unless they are a reduction kernel's values of that stage (which
     it cannot compute); a `self` it copies must be written by an earlier stage."""
-    s = max((input_stage(kinds, stage, i) for i in operands(graph, kinds, name)), default=0)
-    for i in operands(graph, kinds, name):
-        if stage[i] == s and i in space:
-            return s + 1, Refusal(i, name, f"{name} scatters values that a reduction over {space[i]} computes")
+    s, why = after_reductions(kinds, stage, space, name, operands(graph, kinds, name), "scatters")
+    if why:
+        return s, why
     base = base_of(graph, name)
-    if base is not None and kinds[base].computed and kinds[base] is not NodeKind.SCATTER and stage[base] == s:
+    if base is not None and kinds[base].computed and not kinds[base].alone and stage[base] == s:
         return s + 1, Refusal(base, name, f"{name} starts from a copy of {base}, written by an earlier kernel")
+    return s, None
+
+
+def after_reductions(kinds, stage, space, name: str, operands: list[str], verb: str) -> tuple[int, Refusal | None]:
+    """(the stage of a kernel of its own (`NodeKind.alone`) for `name`, which computes `operands`
+    inline, why it is later than theirs): the stage after a reduction kernel's value it reads,
+    which it cannot compute."""
+    s = max((input_stage(kinds, stage, i) for i in operands), default=0)
+    for i in operands:
+        if stage[i] == s and i in space:
+            return s + 1, Refusal(i, name, f"{name} {verb} values that a reduction over {space[i]} computes")
     return s, None
 
 

@@ -12,7 +12,7 @@ from minicomp.lowering import ops
 from minicomp.lowering.layout import output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
-from minicomp.plan import scatter
+from minicomp.plan import scan, scatter
 from minicomp.plan.reduction_space import ReductionSpace
 from minicomp.plan.steps import Refusal
 
@@ -135,8 +135,9 @@ def assign_stages(
     for name in graph.order:
         kind, inputs = kinds[name], graph[name].inputs()
         s = max((scatter.input_stage(kinds, stage, i) for i in inputs), default=0)
-        if kind is NodeKind.SCATTER:  # a kernel of its own: plan/scatter.py
-            stage[name], why = scatter.stage_of(graph, kinds, name, stage, space)
+        if kind.alone:  # a kernel of its own: plan/scatter.py, plan/scan.py
+            of = scatter.stage_of if kind is NodeKind.SCATTER else scan.stage_of
+            stage[name], why = of(graph, kinds, name, stage, space)
             refusals += [why] if why else []
             continue
         if kind in (NodeKind.INPUT, NodeKind.EXTERN):
@@ -214,6 +215,7 @@ def materialized(graph: Graph, kinds, stage, space) -> set[str]:
     needed |= {o for o in graph.outputs if isinstance(o, str)}
     needed |= {src for _, src in graph.mutations}
     needed |= scatter.materialized(graph, kinds)  # a scatter's result and a value copied into it
+    needed |= scan.materialized(graph, kinds)
     for name in graph.order:
         if kinds[name] is NodeKind.EXTERN:
             needed |= set(graph[name].inputs())

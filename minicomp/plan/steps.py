@@ -89,6 +89,13 @@ class ReductionKernel(Kernel):
         )
 
 
+def _op_first(prefix: str, op_names: list[str], index: int) -> str:
+    """<prefix>_<the kernel's own op (the last of its nodes), then the ops it computes>_<index>."""
+    ops = op_names[-1:] + op_names[:-1]
+    words = [op.strip("_") for op in dict.fromkeys(ops)]
+    return f"{prefix}_{'_'.join(words[:6])}_{index}"
+
+
 @dataclass
 class ScatterKernel(Kernel):
     """One scatter-accumulate node (`stores[0]`: index_put with accumulate, scatter_add;
@@ -103,13 +110,39 @@ class ScatterKernel(Kernel):
     @property
     def name(self) -> str:
         """mc_scatter_<its op, then the ops it computes, five>_<index>."""
-        ops = self.op_names[-1:] + self.op_names[:-1]  # the scatter is the last of its nodes
-        words = [op.strip("_") for op in dict.fromkeys(ops)]
-        return f"mc_scatter_{'_'.join(words[:6])}_{self.index}"
+        return _op_first("mc_scatter", self.op_names, self.index)
 
     def headline(self) -> str:
         start = f"starting as {self.base}" if self.base else f"filled with {self.fill!r}"
         return f"kernel {self.name}  stage {self.stage}  scatter over {list(self.shape)} into a buffer {start}"
+
+
+@dataclass
+class ScanKernel(Kernel):
+    """One scan node (`stores[0]`: cumsum, cumprod, logcumsumexp; lowering/ops/scans.py): walks
+    the scanned value's space `shape` as a reduction kernel walks rows, the scanned dim
+    (`reduced`) along the tile's second axis, computing the value (its producers inlined) and
+    combining it along that dim (plan/scan.py, codegen/scan.py)."""
+
+    reduced: tuple[int, ...] = ()  # (the scanned dim,)
+    looped: bool = False  # walks the scanned dim RBLOCK at a time, carrying the tiles before
+    rblock: int = 0  # RBLOCK: the scanned dim's elements a program holds at once
+    group: int = 0  # (never grouped: the reduction writer's field)
+    grouped: list[str] = field(default_factory=list)
+
+    @property
+    def form(self) -> str:
+        return f"looped, {self.rblock} a step" if self.looped else f"persistent, RBLOCK {self.rblock}"
+
+    @property
+    def name(self) -> str:
+        """mc_scan_<its op, then the ops it computes, five>_<index>."""
+        return _op_first("mc_scan", self.op_names, self.index)
+
+    def headline(self) -> str:
+        return (
+            f"kernel {self.name}  stage {self.stage}  scan over {list(self.shape)} dim {self.reduced[0]} ({self.form})"
+        )
 
 
 @dataclass

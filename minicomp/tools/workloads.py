@@ -95,6 +95,10 @@ def cross_entropy(logits, target):
     return F.cross_entropy(logits.float(), target)
 
 
+def running_sum(probs):  # top-p sampling's running probability mass over a (sorted) vocabulary
+    return probs.float().cumsum(-1)
+
+
 def column_sum(g):  # a bias gradient: sum over the rows (split: few outputs, a long reduced dim)
     return g.sum(0)
 
@@ -245,6 +249,7 @@ WORKLOADS = {
         Workload("softmax", softmax, _rows(1, 0), NORM_ROWS),
         Workload("cross_entropy", cross_entropy, _logits(32000), VOCAB_ROWS),
         Workload("cross_entropy_128k", cross_entropy, _logits(128256), [1024, 4096]),
+        Workload("running_sum", running_sum, _rows(1, 0, width=32000), VOCAB_ROWS),
         Workload("column_sum", column_sum, _rows(1, 0), NORM_ROWS),
         Workload("head_sum", head_sum, _heads, [512, 2048]),
         Workload("mse_loss", mse_loss, _rows(2, 0), NORM_ROWS),

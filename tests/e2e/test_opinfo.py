@@ -71,7 +71,7 @@ def test_opinfo_matches_eager(op, device):
 
 
 # -- reductions -------------------------------------------------------------------------------
-# The reductions and the ops decompositions build from them: compiled in float32 and bfloat16,
+# The reductions, the ops decompositions build from them, and the scans: compiled in float32 and bfloat16,
 # compared with eager run in float32 on the same (upcast) inputs.
 REDUCTION_OPS = [
     "sum",
@@ -96,6 +96,9 @@ REDUCTION_OPS = [
     "nn.functional.cross_entropy",
     "nn.functional.nll_loss",
     "nn.functional.group_norm",
+    "cumsum",  # scans (lowering/ops/scans.py): a kernel kind of their own
+    "cumprod",
+    "logcumsumexp",
 ]
 REDUCTIONS = [op for op in op_db if op.name in REDUCTION_OPS and not op.variant_test_name.startswith("_")]
 

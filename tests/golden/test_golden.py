@@ -11,7 +11,7 @@ import torch
 import workloads as w
 
 import minicomp
-from minicomp.tools.workloads import add_rms_norm, cross_entropy, rms_norm
+from minicomp.tools.workloads import add_rms_norm, cross_entropy, rms_norm, running_sum
 
 GOLDEN = Path(__file__).parent / "modules"
 
@@ -53,6 +53,8 @@ CASES = {
         cross_entropy_loss,
         lambda: (torch.randn(4, 9000, requires_grad=True), torch.randint(0, 9000, (4,))),
     ),
+    # a scan kernel walking rows of 9000 a tile at a time, the tiles before carried along
+    "running_sum": (running_sum, lambda: (torch.randn(4, 9000).bfloat16(),)),
 }
 
 

@@ -13,7 +13,8 @@ Three tables of rules, by ATen op name (the overload packet, "add"):
 Reductions (sum, mean, amax, ... in reductions.py) are their own `NodeKind`: the
 plan gives them a reduction kernel, which inlines their producers and fuses
 the consumers that broadcast their result back. Scatter-accumulates (index_put with
-accumulate, scatter_add: scatters.py) are another: a kernel of atomic adds each.
+accumulate, scatter_add: scatters.py) are another: a kernel of atomic adds each, and scans
+(cumsum, cumprod, logcumsumexp: scans.py) a third: a kernel each, combining along one dim.
 
 Anything else is an extern: it runs as an ATen call in the generated wrapper.
 `classify` says which (`NodeKind`).
@@ -28,7 +29,7 @@ from enum import Enum
 import torch
 
 from minicomp.ir import Graph, Node, TensorMeta, dtypes
-from minicomp.lowering.ops import pointwise, reductions, scatters, views  # noqa: F401  (registers the rules)
+from minicomp.lowering.ops import pointwise, reductions, scans, scatters, views  # noqa: F401  (registers the rules)
 from minicomp.lowering.ops.core import INDEXED, POINTWISE, SPECIAL_SUPPORT, VIEWS, Op, Value, bind, bitcast, cast
 from minicomp.lowering.ops.reductions import REDUCERS, Reduction
 
@@ -59,6 +60,7 @@ class NodeKind(Enum):
     VIEW = "view"  # an index rewrite (or a masked gather) before a load, inside any kernel
     REDUCTION = "reduction"  # computed by a reduction kernel
     SCATTER = "scatter"  # computed by a scatter kernel (atomic adds at indexes a tensor holds)
+    SCAN = "scan"  # computed by a scan kernel (a running sum, product or logaddexp along one dim)
     EXTERN = "extern"  # an ATen call in the generated wrapper
 
     def __str__(self) -> str:
@@ -72,7 +74,12 @@ class NodeKind(Enum):
     @property
     def computed(self) -> bool:
         """Is a node of this kind computed by a kernel (fusible nodes, reductions and scatters)?"""
-        return self in (NodeKind.POINTWISE, NodeKind.VIEW, NodeKind.REDUCTION, NodeKind.SCATTER)
+        return self in (NodeKind.POINTWISE, NodeKind.VIEW, NodeKind.REDUCTION, NodeKind.SCATTER, NodeKind.SCAN)
+
+    @property
+    def alone(self) -> bool:
+        """Is a node of this kind a kernel of its own, read by others from the next stage on?"""
+        return self in (NodeKind.SCATTER, NodeKind.SCAN)
 
 
 def classify(node: Node, graph: Graph) -> tuple[NodeKind, str]:
@@ -92,6 +99,8 @@ def classify(node: Node, graph: Graph) -> tuple[NodeKind, str]:
         if name in REDUCERS
         else NodeKind.SCATTER
         if name in scatters.SCATTERS
+        else NodeKind.SCAN
+        if name in scans.SCANS
         else None
     )
     if kind is None:
@@ -113,5 +122,7 @@ def classify(node: Node, graph: Graph) -> tuple[NodeKind, str]:
     if kind is NodeKind.REDUCTION and (why := reductions.supported(node, graph)):
         return NodeKind.EXTERN, why
     if kind is NodeKind.SCATTER and (why := scatters.unsupported(node, graph)):
+        return NodeKind.EXTERN, why
+    if kind is NodeKind.SCAN and (why := scans.unsupported(node, graph)):
         return NodeKind.EXTERN, why
     return kind, ""

@@ -382,6 +382,8 @@ def scatter(op: Op) -> str:
         if isinstance(src, Ref)
         else literal(op.param("value"), op.compute)
     )
+    if op.compute == torch.bool and not isinstance(src, Ref):  # (a bare 1 would make the result int32)
+        value = f"tl.full([], {value}, tl.int1)"
     return f"tl.where({op.temp(hit, torch.bool)}, {value}, {op.operand('self')})"
 
 

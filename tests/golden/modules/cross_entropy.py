@@ -78,6 +78,13 @@ def _min_nan(a, b):
 
 
 @triton.jit
+def _logaddexp(a, b):  # log(exp(a) + exp(b)) without overflow; equal infinities give themselves (eager's logcumsumexp)
+    lo = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    hi = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    return tl.where((lo != hi) | (tl.abs(lo) != float("inf")), hi + tl.log(1.0 + tl.exp(lo - hi)), a)
+
+
+@triton.jit
 def _exp_shift(x, m):  # exp(x - m) for x <= m, a row's running max; 0 where x is -inf, m too (no element yet).
     # exp2 without the fix-up for results under 2**-126, flushed to 0 (tl.exp keeps them): the sums of
     # online softmax hold exp(m - m) = 1, so they lose such terms anyway. The select is on the row's m.
