@@ -20,6 +20,9 @@ The rules, in order:
    view ops costs one read of its inputs and one write, and a norm one read
    of `x` and one write of `y` (its producers are inlined in the reduction
    kernel, its consumers that broadcast the result back are fused after it).
+   A value that kernels of later stages would recompute from more bytes than
+   it holds (a pre-norm transformer's residual stream) is written once by a
+   kernel of its stage that computes it anyway (recompute.py).
 4. Materialized values of the same stage and shape share one pointwise kernel
    (horizontal fusion: q and k of RoPE come out of one launch); the reductions
    of one space and stage share one reduction kernel (mean and variance, the
@@ -51,7 +54,7 @@ from minicomp.ir import Graph
 from minicomp.lowering.layout import attention_mask, mask_strides, output_strides
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.reductions import spec
-from minicomp.plan import apart, matmul, row_reads, scan, scatter, stages
+from minicomp.plan import apart, matmul, recompute, row_reads, scan, scatter, stages
 from minicomp.plan.reduction_space import ReductionSpace, reduction_form, row_itemsize
 from minicomp.plan.steps import Extern, Kernel, Plan, PointwiseKernel, ReductionKernel, Refusal
 
@@ -61,10 +64,10 @@ def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
     `cut`: (value, user) edges to plan across a kernel boundary, whatever the rules say
     (pipeline.py's retry after a kernel codegen could not write)."""
     kinds, reasons = stages.classify(graph)
-    cut, misread = frozenset(cut), []
+    cut, misread, written, rounds = frozenset(cut), [], set(), 0
     while True:  # rule 5: a reduction read at another row than its own is read from memory
         stage, space, boundaries = stages.assign_stages(graph, kinds, cut)
-        materialized = stages.materialized(graph, kinds, stage, space)
+        materialized = stages.materialized(graph, kinds, stage, space) | written
         kernels = [
             _filled(graph, kernel, kinds, stage, materialized)
             for kernel in _kernels(graph, kinds, stage, space, materialized)
@@ -72,10 +75,19 @@ def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
         kernels = apart.apart(graph, kernels, lambda k: _filled(graph, k, kinds, stage, materialized))
         found = [m for k in kernels if isinstance(k, ReductionKernel) for m in row_reads.misreads(graph, k, kinds)]
         found = [m for m in found if (m.value, m.reader) not in cut]
-        if not found:  # (a read through an edge already cut is codegen's to refuse)
-            break
-        cut |= {(m.value, m.reader) for m in found}
-        misread += [Refusal(m.value, m.reader, str(m)) for m in found]
+        if found:
+            cut |= {(m.value, m.reader) for m in found}
+            misread += [Refusal(m.value, m.reader, str(m)) for m in found]
+            continue
+        rounds += 1  # (any set of written values is a valid plan: a few rounds settle it)
+        more = recompute.worth_writing(graph, kernels, kinds, stage, materialized) if rounds <= 4 else set()
+        if more:  # rule 3, priced
+            written |= more
+            continue
+        if rounds <= 5 and recompute.unread(kernels, stage, written):
+            written -= recompute.unread(kernels, stage, written)
+            continue
+        break  # (a read through an edge already cut is codegen's to refuse)
     told = {(m.producer, m.consumer) for m in misread}
     boundaries += misread + [Refusal(r, u, _CUT) for r, u in sorted(cut - told)]
     by_stage: dict[int, list[Kernel | Extern]] = {}  # a stage's externs in graph order, then its kernels

@@ -1,0 +1,97 @@
+"""Values written once where recomputing them costs more reads (fusion.py's rule 3, priced).
+
+A pointwise or view value that no ATen call, output or reduction of another kernel needs is not
+written: each kernel that needs it recomputes it from what it loads. That is what makes a chain of
+pointwise ops one read and one write. It stops paying where the chain is read by kernels of
+several stages: a pre-norm transformer's residual stream `h_k = h_{k-1} + block_k(norm(h_{k-1}))`
+is read by layer k's norm kernel and, through `h_{k+1}`, by every later norm kernel, so the norm of
+layer k recomputed the embedding lookup and every block's output before it: k + 2 loads of
+[B, S, d] where one would do (a 2-layer Llama's last norm read five).
+
+`worth_writing` prices each such value v against the plan's kernels. Writing it costs one store of
+its bytes B, by a kernel of its own stage that computes it anyway and can store it (a pointwise
+kernel of its shape, a reduction kernel over its shape: add + norm writes h); each kernel of a
+later stage that computes it then loads B instead of what v's own computation loads there and
+nothing else of the kernel needs (each load counted at most at v's element count: a table read
+through an embedding's indexes reads one row an element, a bias broadcast its own bytes). v is
+written where the loads it saves outweigh the store and the loads it adds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from minicomp.ir import Graph, TensorMeta
+from minicomp.plan.steps import Kernel, PointwiseKernel, ReductionKernel
+
+
+def worth_writing(graph: Graph, kernels: list[Kernel], kinds, stage, materialized: set[str]) -> set[str]:
+    """The values not yet written whose recomputation in kernels of later stages reads more bytes
+    than writing them once and loading them there."""
+    hosts: dict[str, list[Kernel]] = {}
+    for kernel in kernels:
+        for name in kernel.nodes:
+            if kinds[name].fusible and name not in materialized:
+                hosts.setdefault(name, []).append(kernel)
+    saved: dict[int, dict[str, int]] = {}  # id(kernel) -> value -> bytes of loads only it needs there
+    found = set()
+    for name, computing in hosts.items():
+        meta = graph[name].meta
+        later = [k for k in computing if k.stage > stage[name]]
+        if not later or not isinstance(meta, TensorMeta):
+            continue
+        if not any(_stores(k, meta) for k in computing if k.stage == stage[name]):
+            continue
+        size = meta.numel * meta.dtype.itemsize
+        for k in later:
+            if id(k) not in saved:
+                saved[id(k)] = _loads_only_through(graph, k)
+        if sum(saved[id(k)].get(name, 0) - size for k in later) > size:
+            found.add(name)
+    return found
+
+
+def unread(kernels: list[Kernel], stage, written: set[str]) -> set[str]:
+    """The values `worth_writing` chose that no kernel of a later stage loads after all: another
+    chosen value that computes them was loaded instead (an embedding sum and its dropout's clone)."""
+    loaded = {name for k in kernels for name in k.loads if name in written and k.stage > stage[name]}
+    return written - loaded
+
+
+def _stores(kernel: Kernel, meta: TensorMeta) -> bool:
+    """Would fusion.py give a value of `meta`'s shape, materialized at the kernel's stage, to this
+    kernel (a pointwise kernel of that shape; a reduction kernel over it reading the value)?"""
+    return type(kernel) in (PointwiseKernel, ReductionKernel) and tuple(kernel.shape) == tuple(meta.shape)
+
+
+def _loads_only_through(graph: Graph, kernel: Kernel) -> dict[str, int]:
+    """Computed value -> bytes of the kernel's loads that only it needs: every path from such a load
+    to the kernel's stores passes through the value (it dominates the load in the graph walked from
+    the stores). A load counts at most the kernel's elements (a table read through an embedding's
+    indexes, one row an element)."""
+    computed, loads, root = set(kernel.nodes), set(kernel.loads), ("stores",)
+    walk = nx.DiGraph()
+    walk.add_edges_from((root, s) for s in kernel.stores)
+    for node in computed:
+        walk.add_edges_from((node, i) for i in graph[node].inputs() if i in computed or i in loads)
+    parent = nx.immediate_dominators(walk, root)
+    numel, below = math.prod(kernel.shape), {}
+    for load in loads & set(parent):
+        meta = graph[load].meta
+        if isinstance(meta, TensorMeta):
+            below[load] = min(meta.numel, numel) * meta.dtype.itemsize
+    children: dict = {}
+    for node, up in parent.items():
+        if node != root:
+            children.setdefault(up, []).append(node)
+    order, stack = [], [root]
+    while stack:  # the dominator tree, parents before children
+        node = stack.pop()
+        order.append(node)
+        stack += children.get(node, [])
+    found: dict[str, int] = {}
+    for node in reversed(order[1:]):  # each node's bytes: its loads' and its children's
+        found[node] = below.get(node, 0) + sum(found[c] for c in children.get(node, []))
+    return {node: found[node] - below.get(node, 0) for node in found if node in computed}
