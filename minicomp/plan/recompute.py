@@ -8,7 +8,9 @@ is read by layer k's norm kernel and, through `h_{k+1}`, by every later norm ker
 layer k recomputed the embedding lookup and every block's output before it: k + 2 loads of
 [B, S, d] where one would do (a 2-layer Llama's last norm read five).
 
-`worth_writing` prices each such value v against the plan's kernels. Writing it costs one store of
+`worth_writing` prices each such value v against the plan's kernels, latest values first: a later
+kernel that will load a value already chosen, through which every path from v to its stores
+passes (the stream value after v), does not compute v and saves nothing by it. Writing it costs one store of
 its bytes B, by a kernel of its own stage that computes it anyway and can store it (a pointwise
 kernel of its shape, a reduction kernel over its shape: add + norm writes h); each kernel of a
 later stage that computes it then loads B instead of what v's own computation loads there and
@@ -29,28 +31,43 @@ from minicomp.plan.steps import Kernel, PointwiseKernel, ReductionKernel
 
 def worth_writing(graph: Graph, kernels: list[Kernel], kinds, stage, materialized: set[str]) -> set[str]:
     """The values not yet written whose recomputation in kernels of later stages reads more bytes
-    than writing them once and loading them there."""
+    than writing them once and loading them there. Latest first: a later kernel that will load a
+    chosen value computed from this one (the stream value after it) saves nothing by this one."""
     hosts: dict[str, list[Kernel]] = {}
     for kernel in kernels:
         for name in kernel.nodes:
             if kinds[name].fusible and name not in materialized:
                 hosts.setdefault(name, []).append(kernel)
-    saved: dict[int, dict[str, int]] = {}  # id(kernel) -> value -> bytes of loads only it needs there
-    found = set()
-    for name, computing in hosts.items():
-        meta = graph[name].meta
+    trees: dict[int, tuple[dict, dict[str, int]]] = {}  # id(kernel) -> its dominator tree, saved bytes
+    found: set[str] = set()
+    for name in reversed([n for n in graph.order if n in hosts]):
+        meta, computing = graph[name].meta, hosts[name]
         later = [k for k in computing if k.stage > stage[name]]
         if not later or not isinstance(meta, TensorMeta):
             continue
         if not any(_stores(k, meta) for k in computing if k.stage == stage[name]):
             continue
-        size = meta.numel * meta.dtype.itemsize
+        size, saved = meta.numel * meta.dtype.itemsize, 0
         for k in later:
-            if id(k) not in saved:
-                saved[id(k)] = _loads_only_through(graph, k)
-        if sum(saved[id(k)].get(name, 0) - size for k in later) > size:
+            if id(k) not in trees:
+                trees[id(k)] = _dominators(graph, k)
+            parent, only = trees[id(k)]
+            if not _behind(parent, name, {u for u in found if stage[u] < k.stage}):
+                saved += only.get(name, 0) - size
+        if saved > size:
             found.add(name)
     return found
+
+
+def _behind(parent: dict, name: str, chosen: set[str]) -> bool:
+    """Does every path from `name` to the kernel's stores pass through a chosen value (one the
+    kernel will load: of an earlier stage than the kernel's)?"""
+    node = parent.get(name)
+    while node is not None and node != ROOT:
+        if node in chosen:
+            return True
+        node = parent.get(node)
+    return False
 
 
 def unread(kernels: list[Kernel], stage, written: set[str]) -> set[str]:
@@ -66,12 +83,15 @@ def _stores(kernel: Kernel, meta: TensorMeta) -> bool:
     return type(kernel) in (PointwiseKernel, ReductionKernel) and tuple(kernel.shape) == tuple(meta.shape)
 
 
-def _loads_only_through(graph: Graph, kernel: Kernel) -> dict[str, int]:
-    """Computed value -> bytes of the kernel's loads that only it needs: every path from such a load
-    to the kernel's stores passes through the value (it dominates the load in the graph walked from
-    the stores). A load counts at most the kernel's elements (a table read through an embedding's
-    indexes, one row an element)."""
-    computed, loads, root = set(kernel.nodes), set(kernel.loads), ("stores",)
+ROOT = ("stores",)  # the root of a kernel's walk: every store hangs from it
+
+
+def _dominators(graph: Graph, kernel: Kernel) -> tuple[dict, dict[str, int]]:
+    """(the kernel's dominator tree walked from its stores: node -> its immediate dominator; computed
+    value -> bytes of the kernel's loads that only it needs, every path from such a load to the
+    stores passing through the value). A load counts at most the kernel's elements (a table read
+    through an embedding's indexes, one row an element)."""
+    computed, loads, root = set(kernel.nodes), set(kernel.loads), ROOT
     walk = nx.DiGraph()
     walk.add_edges_from((root, s) for s in kernel.stores)
     for node in computed:
@@ -94,4 +114,4 @@ def _loads_only_through(graph: Graph, kernel: Kernel) -> dict[str, int]:
     found: dict[str, int] = {}
     for node in reversed(order[1:]):  # each node's bytes: its loads' and its children's
         found[node] = below.get(node, 0) + sum(found[c] for c in children.get(node, []))
-    return {node: found[node] - below.get(node, 0) for node in found if node in computed}
+    return parent, {node: found[node] - below.get(node, 0) for node in found if node in computed}
