@@ -50,6 +50,9 @@ class ScanWriter(ReductionWriter):
             return super()._evaluate(name, index, mask)
         scan = scan_of(self.graph[name], self.graph)
         value = self.value(scan.source, index, mask)
+        result = self.graph[name].meta.dtype
+        if self.graph[scan.source].meta.dtype != result:  # `dtype=`: each element rounded to it first, as eager
+            value = self.temp(ops.cast(value, result), result, "rounded")
         if self.extent == 1:  # (a dim of one element is its own scan)
             return ops.Value(ops.cast(value, scan.acc), scan.acc)
         acc = dtypes.triton_dtype(scan.acc)

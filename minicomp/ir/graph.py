@@ -233,7 +233,7 @@ RESERVED = set(keyword.kwlist) | {
 # point through `out_ptr`, a kernel's output); kernels, launches; the combine helpers of
 # templates/combine.py.j2; the runtime's Launch and launch specs
 _GENERATED = re.compile(
-    r"[xr]\d+|out\d*|.*_ptr|mc_.*|launch_\d+|_(sum|prod|max|min|argmax|argmin|exp_shift)(_nan)?|\w*Launch"
+    r"[xr]\d+|out\d*|.*_ptr|mc_.*|launch_\d+|_(sum|prod|max|min|argmax|argmin|exp_shift|logaddexp)(_nan)?|\w*Launch"
 )
 
 

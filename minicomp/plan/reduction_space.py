@@ -56,11 +56,7 @@ class ReductionSpace:
 
 
 def reduction_form(
-    space: ReductionSpace,
-    stride: tuple[int, ...] | None = None,
-    itemsize: int = 0,
-    takes_row_groups: bool = False,
-    step: str = "loop_block",
+    space: ReductionSpace, stride: tuple[int, ...] | None = None, itemsize: int = 0, takes_row_groups: bool = False
 ) -> tuple[bool, int, bool]:
     """(looped, RBLOCK, outer) of a kernel over `space` whose reduced value has `stride` and
     whose widest input of the space's shape has elements of `itemsize` bytes (`row_itemsize`).
@@ -68,9 +64,9 @@ def reduction_form(
     A row is held whole in registers (persistent: RBLOCK the next power of two) when it has up
     to config "persistent_rows" elements and up to config "persistent_bytes" bytes of its widest
     input, or when the kernel `takes_row_groups` of a column reduction (split_reductions.py:
-    only a persistent kernel walks its rows in groups). Any other row is walked config `step`
-    ("loop_block"; a scan's "scan_block") elements at a time (fewer for a shorter row), a later
-    pass reading it again from L2 (eviction hints, codegen/reduction.py): the registers a held row takes cost more
+    only a persistent kernel walks its rows in groups). Any other row is walked config
+    "loop_block" elements at a time (fewer for a shorter row), a later pass reading it again
+    from L2 (eviction hints, codegen/reduction.py): the registers a held row takes cost more
     than the second read (benchmarks/experiments/reduction_forms.py). An *outer* reduction
     (its rows, not its reduced dims, are contiguous in memory: a bias gradient's sum(0)) takes
     config "outer_block" elements of a row a step, so that a program's many rows (XBLOCK) make
@@ -84,7 +80,7 @@ def reduction_form(
         takes_row_groups or extent * itemsize <= config.get("persistent_bytes")
     ):
         return False, whole, False
-    return True, min(config.get(step), whole), False
+    return True, min(config.get("loop_block"), whole), False
 
 
 def can_take_row_groups(space: ReductionSpace, stride: tuple[int, ...] | None = None) -> bool:

@@ -13,10 +13,11 @@ tile where it is short enough (the reduction kernel's persistent limit), else wa
 
 from __future__ import annotations
 
+from minicomp import config
 from minicomp.ir import Graph
 from minicomp.lowering.ops import NodeKind
 from minicomp.lowering.ops.scans import scan_of
-from minicomp.plan.reduction_space import ReductionSpace, reduction_form, row_itemsize
+from minicomp.plan.reduction_space import row_itemsize
 from minicomp.plan.scatter import after_reductions
 from minicomp.plan.steps import Refusal, ScanKernel
 
@@ -39,7 +40,17 @@ def kernels(graph: Graph, kinds, stage) -> list[ScanKernel]:
             continue
         scan = scan_of(graph[name], graph)
         meta = graph[scan.source].meta
-        space = ReductionSpace(meta.shape, (scan.dim,), meta.device)
-        looped, rblock, _ = reduction_form(space, None, row_itemsize(graph, scan.source), step="scan_block")
+        looped, rblock = _form(meta.shape[scan.dim], row_itemsize(graph, scan.source))
         found.append(ScanKernel(0, stage[name], meta.shape, [name], reduced=(scan.dim,), looped=looped, rblock=rblock))
     return found
+
+
+def _form(extent: int, itemsize: int) -> tuple[bool, int]:
+    """(looped, RBLOCK) of a scan over rows of `extent` elements whose widest input has elements of
+    `itemsize` bytes: held whole within the reduction kernel's persistent limits (config
+    "persistent_rows", "persistent_bytes"), else config "scan_block" elements a step
+    (benchmarks/experiments/scan_forms.py), whichever dim the rows run along."""
+    whole = max(1 << (extent - 1).bit_length(), 2)
+    if extent <= config.get("persistent_rows") and extent * itemsize <= config.get("persistent_bytes"):
+        return False, whole
+    return True, min(config.get("scan_block"), whole)

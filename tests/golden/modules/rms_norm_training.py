@@ -63,7 +63,7 @@ def _min_nan(a, b):
 def _logaddexp(a, b):  # log(exp(a) + exp(b)) without overflow; equal infinities give themselves (eager's logcumsumexp)
     lo = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
     hi = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-    return tl.where((lo != hi) | (tl.abs(lo) != float("inf")), hi + tl.log(1.0 + tl.exp(lo - hi)), a)
+    return tl.where((lo != hi) | (tl.abs(lo) != float("inf")), hi + libdevice.log1p(tl.exp(lo - hi)), a)
 
 
 @triton.jit
@@ -234,7 +234,7 @@ def _min_nan(a, b):
 def _logaddexp(a, b):  # log(exp(a) + exp(b)) without overflow; equal infinities give themselves (eager's logcumsumexp)
     lo = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
     hi = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-    return tl.where((lo != hi) | (tl.abs(lo) != float("inf")), hi + tl.log(1.0 + tl.exp(lo - hi)), a)
+    return tl.where((lo != hi) | (tl.abs(lo) != float("inf")), hi + libdevice.log1p(tl.exp(lo - hi)), a)
 
 
 @triton.jit
