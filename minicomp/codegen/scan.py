@@ -11,8 +11,8 @@ function (`_sum`, `_prod`, `_logaddexp`: templates/combine.py.j2), in float32 fo
     x = tl.where(xmask & rmask, <the value>, 0).to(tl.float32)   # [XBLOCK, RBLOCK]
     scan = tl.associative_scan(x, 1, _sum)                       # the row's prefix sums
 
-A dim longer than a tile (plan/scan.py: the reduction kernel's persistent limit) is walked RBLOCK
-at a time; each tile's scan is combined with the tiles before it (`carry`, a row tile
+A dim longer than the reduction kernel's persistent limits is walked RBLOCK (config "scan_block")
+elements at a time (plan/scan.py); each tile's scan is combined with the tiles before it (`carry`, a row tile
 [XBLOCK, 1]), which then takes in the tile's own total.
 """
 
@@ -50,9 +50,9 @@ class ScanWriter(ReductionWriter):
             return super()._evaluate(name, index, mask)
         scan = scan_of(self.graph[name], self.graph)
         value = self.value(scan.source, index, mask)
-        result = self.graph[name].meta.dtype
-        if self.graph[scan.source].meta.dtype != result:  # `dtype=`: each element rounded to it first, as eager
-            value = self.temp(ops.cast(value, result), result, "rounded")
+        out = self.graph[name].meta.dtype
+        if self.graph[scan.source].meta.dtype != out:  # `dtype=`: each element rounded to it first, as eager
+            value = self.temp(ops.cast(value, out), out, "rounded")
         if self.extent == 1:  # (a dim of one element is its own scan)
             return ops.Value(ops.cast(value, scan.acc), scan.acc)
         acc = dtypes.triton_dtype(scan.acc)

@@ -8,15 +8,16 @@ is read by layer k's norm kernel and, through `h_{k+1}`, by every later norm ker
 layer k recomputed the embedding lookup and every block's output before it: k + 2 loads of
 [B, S, d] where one would do (a 2-layer Llama's last norm read five).
 
-`worth_writing` prices each such value v against the plan's kernels, latest values first: a later
-kernel that will load a value already chosen, through which every path from v to its stores
-passes (the stream value after v), does not compute v and saves nothing by it. Writing it costs one store of
+`worth_writing` prices each such value v against the plan's kernels. Writing it costs one store of
 its bytes B, by a kernel of its own stage that computes it anyway and can store it (a pointwise
-kernel of its shape, a reduction kernel over its shape: add + norm writes h); each kernel of a
-later stage that computes it then loads B instead of what v's own computation loads there and
-nothing else of the kernel needs (each load counted at most at v's element count: a table read
-through an embedding's indexes reads one row an element, a bias broadcast its own bytes). v is
-written where the loads it saves outweigh the store and the loads it adds.
+kernel of its shape, a reduction kernel over its shape: add + norm writes h). Each kernel of a later
+stage that computes it then loads B instead of the loads v dominates there: those only v's own
+computation reads, every path from them to the kernel's stores passing through v (each counted at
+most at the kernel's element count: a table read through an embedding's indexes reads one row an
+element). v is written where the loads it saves outweigh the store and the loads it adds. Values
+are priced latest first: a later kernel that will load a value already chosen, through which every
+path from v to its stores passes (the stream value after v), does not compute v and saves nothing
+by it.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def _behind(parent: dict, name: str, chosen: set[str]) -> bool:
 
 
 def unread(kernels: list[Kernel], stage, written: set[str]) -> set[str]:
-    """The values `worth_writing` chose that no kernel of a later stage loads after all: another
-    chosen value that computes them was loaded instead (an embedding sum and its dropout's clone)."""
+    """The values `worth_writing` chose that no kernel of a later stage loads after all (another
+    chosen value computed from them is loaded instead): not worth their store."""
     loaded = {name for k in kernels for name in k.loads if name in written and k.stage > stage[name]}
     return written - loaded
 
