@@ -59,10 +59,13 @@ from minicomp.plan.reduction_space import ReductionSpace, reduction_form, row_it
 from minicomp.plan.steps import Extern, Kernel, Plan, PointwiseKernel, ReductionKernel, Refusal
 
 
-def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
+def plan(
+    graph: Graph, cut: frozenset[tuple[str, str]] = frozenset(), kept_inline: frozenset[str] = frozenset()
+) -> Plan:
     """The kernels and extern calls that compute `graph`, in stage order (schedule.py reorders).
     `cut`: (value, user) edges to plan across a kernel boundary, whatever the rules say
-    (pipeline.py's retry after a kernel codegen could not write)."""
+    (pipeline.py's retry after a kernel codegen could not write). `kept_inline`: values rule 3's
+    pricing may not write (below: a kernel would launch only to write them)."""
     kinds, reasons = stages.classify(graph)
     cut, misread, written, rounds = frozenset(cut), [], set(), 0
     while True:  # rule 5: a reduction read at another row than its own is read from memory
@@ -80,7 +83,9 @@ def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
             misread += [Refusal(m.value, m.reader, str(m)) for m in found]
             continue
         rounds += 1  # (any set of written values is a valid plan: a few rounds settle it)
-        more = recompute.worth_writing(graph, kernels, kinds, stage, materialized) if rounds <= 4 else set()
+        more = (
+            recompute.worth_writing(graph, kernels, kinds, stage, materialized) - kept_inline if rounds <= 4 else set()
+        )
         if more:  # rule 3, priced
             written |= more
             continue
@@ -100,8 +105,12 @@ def plan(graph: Graph, cut: frozenset[tuple[str, str]] = frozenset()) -> Plan:
     strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
     _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
-    plan = Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
-    return matmul.templated(plan, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
+    made = Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
+    made = matmul.templated(made, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
+    alone = {n for k in made.kernels if k.stores and set(k.stores) <= written for n in k.stores}
+    if alone:  # a template took what else their writer stored: it would launch for them alone
+        return plan(graph, cut, kept_inline | alone)
+    return made
 
 
 _CUT = "cut by the caller: the kernel that fused them could not be written"

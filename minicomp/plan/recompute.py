@@ -14,7 +14,10 @@ kernel of its shape, a reduction kernel over its shape: add + norm writes h). Ea
 stage that computes it then loads B instead of the loads v dominates there: those only v's own
 computation reads, every path from them to the kernel's stores passing through v (each counted at
 most at the kernel's element count: a table read through an embedding's indexes reads one row an
-element). v is written where the loads it saves outweigh the store and the loads it adds. Values
+element). v is written where the loads it saves outweigh the store and the loads it adds, and only where
+storing it is exact: a 16-bit value is held in float32 while computed, so a written one would be
+rounded where the kernels of its own stage, and a backward recomputing it, keep float32 (a value
+compared with a saved `amax` of it then matched nowhere: NaN gradients). Values
 are priced latest first: a later kernel that will load a value already chosen, through which every
 path from v to its stores passes (the stream value after v), does not compute v and saves nothing
 by it.
@@ -26,7 +29,7 @@ import math
 
 import networkx as nx
 
-from minicomp.ir import Graph, TensorMeta
+from minicomp.ir import Graph, TensorMeta, dtypes
 from minicomp.plan.steps import Kernel, PointwiseKernel, ReductionKernel
 
 
@@ -44,8 +47,8 @@ def worth_writing(graph: Graph, kernels: list[Kernel], kinds, stage, materialize
     for name in reversed([n for n in graph.order if n in hosts]):
         meta, computing = graph[name].meta, hosts[name]
         later = [k for k in computing if k.stage > stage[name]]
-        if not later or not isinstance(meta, TensorMeta):
-            continue
+        if not later or not isinstance(meta, TensorMeta) or meta.dtype != dtypes.compute_dtype(meta.dtype):
+            continue  # (a 16-bit value written is rounded where the kernels computing it keep float32)
         if not any(_stores(k, meta) for k in computing if k.stage == stage[name]):
             continue
         size, saved = meta.numel * meta.dtype.itemsize, 0

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import torch
-from conftest import check
+from conftest import check, kernel_count
 
 import minicomp
+from minicomp import config
 from minicomp.plan import recompute
 from minicomp.plan.steps import Extern, PointwiseKernel, ReductionKernel
 
@@ -81,3 +82,39 @@ def test_a_chosen_value_no_later_kernel_loads_is_unread():
     first = PointwiseKernel(0, 0, (4,), ["a", "b"])
     later = PointwiseKernel(1, 1, (4,), ["c"], nodes=["c"], loads=["b"])
     assert recompute.unread([first, later], {"a": 0, "b": 0, "c": 1}, {"a", "b"}) == {"a"}
+
+
+def test_a_16_bit_value_is_not_written_for_its_readers():
+    """Written, a bfloat16 value is rounded where the kernels computing it keep float32: the
+    forward's saved amax was taken over the rounded value, the backward's comparison with it over
+    the unrounded one, and matched nowhere (NaN gradients; the review of plan/recompute.py)."""
+
+    def fn(a, emb, tok, w):
+        h = emb[tok] + a
+        h1 = h * 0.9 + (h * h.sum(-1, keepdim=True).flip(1) * 0.1) @ w
+        return h1 / h1.abs().amax(-1, keepdim=True)
+
+    g = torch.Generator().manual_seed(0)
+    a, emb = torch.randn(2, 4, 8, generator=g).bfloat16(), torch.randn(4, 8, generator=g).bfloat16()
+    tok, w = torch.randint(0, 4, (2, 4), generator=g), (torch.randn(8, 8, generator=g) * 0.3).bfloat16()
+    args = [a.requires_grad_(), emb.requires_grad_(), tok, w.requires_grad_()]
+    minicomp.jit(fn)(*args).float().sum().backward()
+    assert all(bool(t.grad.isfinite().all()) for t in (a, emb, w))
+
+
+def test_a_value_a_template_takes_is_not_written_by_a_kernel_of_its_own():
+    """With matmuls as templates, the kernel that would store v (with v * 2) loses v * 2 to the
+    first template's operand: v stays inline rather than costing a launch of its own."""
+
+    def fn(x, a, b, c, w1, w2, w3):
+        v = x + a + b + c
+        h1 = ((v * 2) @ w1) + v
+        h2 = (h1 @ w2) + v
+        return (h2 @ w3) + v
+
+    args = [torch.randn(16, 16) for _ in range(4)] + [torch.randn(16, 16) * 0.2 for _ in range(3)]
+    with config.override(matmul="template"):
+        source = check(fn, *args)
+        plan = minicomp.jit(fn).compiled(*args).plan
+    assert all(set(k.stores) - {"add_2"} for k in plan.kernels), plan
+    assert kernel_count(source) == len(plan.kernels)
