@@ -92,6 +92,7 @@ def compile_graph(
     any_layout: frozenset[str] = frozenset(),
     donated: frozenset[str] = frozenset(),
     results_over_donated: bool = False,
+    inference: bool = False,
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text.
@@ -104,7 +105,9 @@ def compile_graph(
     backward's saved activations that are no input or output of the user's), which a kernel may
     write its store over where they die (codegen/reuse.py); a result of the call too where
     `results_over_donated` (no CUDA graph replays it: a forward replay would write over the memory
-    a caller's gradient then lives in)."""
+    a caller's gradient then lives in).
+    `inference`: no backward graph follows this one and recomputes its values (plan/recompute.py:
+    16-bit values may be written to save later kernels' reads)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     graph = common_subexpressions(graph)  # an op computed twice on the same arguments computed once
@@ -112,7 +115,7 @@ def compile_graph(
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")
-    plan = fusion.plan(graph)  # kinds, kernels, extern calls, their order, refusals
+    plan = fusion.plan(graph, inference=inference)  # kinds, kernels, extern calls, their order, refusals
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
@@ -123,7 +126,7 @@ def compile_graph(
     try:
         rendered = _parsing(codegen.render_module, plan, name, families)  # Triton kernels + Python wrapper, as text
     except NotImplementedError as err:  # a kernel it cannot write: once more, that kernel's reductions unfused
-        plan = _unfused(plan, err, name, freed_inputs, output_layouts or [])
+        plan = _unfused(plan, err, name, freed_inputs, output_layouts or [], inference)
         rendered = _parsing(codegen.render_module, plan, name, families)
     source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
@@ -155,7 +158,7 @@ def _parsing(stage: Callable, *args):
         return stage(*args)
 
 
-def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts) -> Plan:
+def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts, inference: bool) -> Plan:
     """The plan again with each reduction kernel that codegen cannot write broken up: every edge
     from one of its reductions to a node it computes cut (fusion.plan's `cut`), so each reduction
     is written and its readers read it in a later kernel. Defence in depth behind fusion's rules
@@ -179,7 +182,7 @@ def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layo
         ", ".join(k.name for k in failing),
         err,
     )
-    again = fusion.plan(plan.graph, frozenset(cut))
+    again = fusion.plan(plan.graph, frozenset(cut), inference=inference)
     again = schedule.order(again, freed_inputs)
     again = _with_output_layouts(again, layouts)
     again = dataclasses.replace(

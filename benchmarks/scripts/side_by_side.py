@@ -1,8 +1,9 @@
 """Suite steps of several variants in one process, timed in alternating rounds (issue #39).
 
-    PYTHONPATH=. python benchmarks/scripts/side_by_side.py MODEL STEP VARIANT [VARIANT ...]
+    PYTHONPATH=. python benchmarks/scripts/side_by_side.py [--layers N] MODEL STEP VARIANT [VARIANT ...]
 
-MODEL, STEP, VARIANT as in minicomp/bench/model_row.py (`real_step`). The suite runs a process per
+MODEL, STEP, VARIANT as in minicomp/bench/model_row.py (`real_step`); `--layers N` builds the
+models with N transformer layers (model_specs.LAYERS, 2 by default). The suite runs a process per
 row, and a host-bound step (GPT-2 decoding: ~0.1 ms of GPU work) moved by 10-30% between processes
 of one machine; here every variant is built in one process, warmed (30 steps), then timed in 7
 rounds of 300 steps each, synchronized after each step as a decoding loop is, the variants taking
@@ -20,7 +21,7 @@ os.environ.setdefault("MINICOMP_CACHE_DIR", tempfile.mkdtemp())
 
 import torch  # noqa: E402
 
-from minicomp.bench import model_row  # noqa: E402
+from minicomp.bench import model_row, model_specs  # noqa: E402
 
 ROUNDS, STEPS = 7, 300
 
@@ -53,4 +54,7 @@ def main(name: str, step: str, *variants: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    if args[:1] == ["--layers"]:
+        model_specs.LAYERS, args = int(args[1]), args[2:]
+    main(*args)

@@ -191,13 +191,22 @@ class KernelWriter:
             value = self.value(source, source_index, mask)
             if node.meta.dtype != (was := self.graph[source].meta.dtype):  # view(dtype): the same bits
                 code = ops.bitcast(value, was, node.meta.dtype)
-                return self.temp(code, dtypes.compute_dtype(node.meta.dtype), name, _provenance(node))
-            return value
+                value = self.temp(code, dtypes.compute_dtype(node.meta.dtype), name, _provenance(node))
+            return self.as_stored(name, value)
         rule = ops.INDEXED.get(op_name) or ops.POINTWISE[op_name]
         code = rule(op)
         if code in self.used:  # the rule passed a value through (a decided cat or scatter): no alias line
-            return ops.Value(code, op.compute)
-        return self.temp(code, op.compute, name, _provenance(node))
+            return self.as_stored(name, ops.Value(code, op.compute))
+        return self.as_stored(name, self.temp(code, op.compute, name, _provenance(node)))
+
+    def as_stored(self, name: str, value: ops.Value) -> ops.Value:
+        """A 16-bit value the plan writes to save later kernels' reads (`Plan.rounded`), rounded to
+        its dtype wherever it is computed: every kernel uses the value a kernel loading it reads."""
+        if name not in self.plan.rounded or value.dtype != torch.float32:
+            return value
+        dtype = self.graph[name].meta.dtype
+        code = f"{value.code}.to({dtypes.triton_dtype(dtype)}).to(tl.float32)"
+        return self.temp(code, torch.float32, name, "rounded as stored")
 
     def offset_of(self, name: str, index) -> Expr:
         """The element offset of `index` into buffer `name`, at the strides the plan allocates it

@@ -64,7 +64,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
 
             def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
                 with config.override(**settings):
-                    compiled = compile_graph(static, part, input_names, families=families, freed_inputs=saved)
+                    compiled = compile_graph(
+                        static, part, input_names, families=families, freed_inputs=saved, inference=inference
+                    )
                 return eager_when_reentered(compiled.boxed, compiled, static)
 
             run = None
@@ -94,6 +96,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                     any_layout=any_layout,
                     donated=donated,
                     results_over_donated=graphs is None,  # (a replayed forward would write over a gradient)
+                    inference=inference,
                 )
             if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
                 forward["saved_layouts"] = saved_layouts.produced(gm, compiled)

@@ -352,7 +352,7 @@ def _trace_and_compile(fn, leaves, in_spec, names, name, families) -> tuple[capt
     start = time.perf_counter()
     traced = capture.trace(fn, leaves, in_spec, names)
     traced_s = time.perf_counter() - start
-    compiled = compile_graph(traced.gm, name, traced.input_names, families)
+    compiled = compile_graph(traced.gm, name, traced.input_names, families, inference=True)  # no input needs grad
     compiled.times = {"capture": traced_s} | compiled.times
     return traced, compiled
 

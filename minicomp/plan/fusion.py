@@ -60,12 +60,17 @@ from minicomp.plan.steps import Extern, Kernel, Plan, PointwiseKernel, Reduction
 
 
 def plan(
-    graph: Graph, cut: frozenset[tuple[str, str]] = frozenset(), kept_inline: frozenset[str] = frozenset()
+    graph: Graph,
+    cut: frozenset[tuple[str, str]] = frozenset(),
+    kept_inline: frozenset[str] = frozenset(),
+    inference: bool = False,
 ) -> Plan:
     """The kernels and extern calls that compute `graph`, in stage order (schedule.py reorders).
     `cut`: (value, user) edges to plan across a kernel boundary, whatever the rules say
     (pipeline.py's retry after a kernel codegen could not write). `kept_inline`: values rule 3's
-    pricing may not write (below: a kernel would launch only to write them)."""
+    pricing may not write (below: a kernel would launch only to write them). `inference`: no
+    other graph recomputes this one's values (no backward follows), so rule 3 may write 16-bit
+    values too (recompute.py)."""
     kinds, reasons = stages.classify(graph)
     cut, misread, written, rounds = frozenset(cut), [], set(), 0
     while True:  # rule 5: a reduction read at another row than its own is read from memory
@@ -84,7 +89,9 @@ def plan(
             continue
         rounds += 1  # (any set of written values is a valid plan: a few rounds settle it)
         more = (
-            recompute.worth_writing(graph, kernels, kinds, stage, materialized) - kept_inline if rounds <= 4 else set()
+            recompute.worth_writing(graph, kernels, kinds, stage, materialized, inference) - kept_inline
+            if rounds <= 4
+            else set()
         )
         if more:  # rule 3, priced
             written |= more
@@ -105,11 +112,13 @@ def plan(
     strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
     _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
-    made = Plan(graph, steps, materialized, refusals, stage, kinds, strides, space)
+    made = Plan(
+        graph, steps, materialized, refusals, stage, kinds, strides, space, rounded=recompute.rounded(graph, written)
+    )
     made = matmul.templated(made, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
     alone = {n for k in made.kernels if k.stores and set(k.stores) <= written for n in k.stores}
     if alone:  # a template took what else their writer stored: it would launch for them alone
-        return plan(graph, cut, kept_inline | alone)
+        return plan(graph, cut, kept_inline | alone, inference)
     return made
 
 

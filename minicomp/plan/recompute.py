@@ -14,13 +14,18 @@ kernel of its shape, a reduction kernel over its shape: add + norm writes h). Ea
 stage that computes it then loads B instead of the loads v dominates there: those only v's own
 computation reads, every path from them to the kernel's stores passing through v (each counted at
 most at the kernel's element count: a table read through an embedding's indexes reads one row an
-element). v is written where the loads it saves outweigh the store and the loads it adds, and only where
-storing it is exact: a 16-bit value is held in float32 while computed, so a written one would be
-rounded where the kernels of its own stage, and a backward recomputing it, keep float32 (a value
-compared with a saved `amax` of it then matched nowhere: NaN gradients). Values
+element). v is written where the loads it saves outweigh the store and the loads it adds. Values
 are priced latest first: a later kernel that will load a value already chosen, through which every
 path from v to its stores passes (the stream value after v), does not compute v and saves nothing
 by it.
+
+A 16-bit value is held in float32 while computed and rounded when stored. A written one is
+therefore rounded wherever it is computed (`rounded`, codegen's `as_stored`), so every kernel of the
+graph uses the value its loaders read. Another graph recomputing it would not know to: a training
+step's backward recomputes the forward's values unrounded, and compared with a saved `amax` of the
+rounded one it matched nowhere (NaN gradients). So 16-bit values are written only in a graph no
+other graph recomputes from (`inference`: no backward follows); a training step's graphs write
+values that are stored exactly (float32, float64, integers).
 """
 
 from __future__ import annotations
@@ -33,10 +38,13 @@ from minicomp.ir import Graph, TensorMeta, dtypes
 from minicomp.plan.steps import Kernel, PointwiseKernel, ReductionKernel
 
 
-def worth_writing(graph: Graph, kernels: list[Kernel], kinds, stage, materialized: set[str]) -> set[str]:
+def worth_writing(
+    graph: Graph, kernels: list[Kernel], kinds, stage, materialized: set[str], inference: bool = False
+) -> set[str]:
     """The values not yet written whose recomputation in kernels of later stages reads more bytes
     than writing them once and loading them there. Latest first: a later kernel that will load a
-    chosen value computed from this one (the stream value after it) saves nothing by this one."""
+    chosen value computed from this one (the stream value after it) saves nothing by this one.
+    16-bit values only where `inference` (no other graph recomputes them)."""
     hosts: dict[str, list[Kernel]] = {}
     for kernel in kernels:
         for name in kernel.nodes:
@@ -47,8 +55,8 @@ def worth_writing(graph: Graph, kernels: list[Kernel], kinds, stage, materialize
     for name in reversed([n for n in graph.order if n in hosts]):
         meta, computing = graph[name].meta, hosts[name]
         later = [k for k in computing if k.stage > stage[name]]
-        if not later or not isinstance(meta, TensorMeta) or meta.dtype != dtypes.compute_dtype(meta.dtype):
-            continue  # (a 16-bit value written is rounded where the kernels computing it keep float32)
+        if not later or not isinstance(meta, TensorMeta) or (meta.dtype in dtypes.LOW_PRECISION and not inference):
+            continue
         if not any(_stores(k, meta) for k in computing if k.stage == stage[name]):
             continue
         size, saved = meta.numel * meta.dtype.itemsize, 0
@@ -61,6 +69,11 @@ def worth_writing(graph: Graph, kernels: list[Kernel], kinds, stage, materialize
         if saved > size:
             found.add(name)
     return found
+
+
+def rounded(graph: Graph, written: set[str]) -> frozenset[str]:
+    """The written values of a 16-bit dtype: each kernel computing one rounds it as its store does."""
+    return frozenset(n for n in written if graph[n].meta.dtype in dtypes.LOW_PRECISION)
 
 
 def _behind(parent: dict, name: str, chosen: set[str]) -> bool:

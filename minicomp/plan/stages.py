@@ -221,6 +221,9 @@ def materialized(graph: Graph, kinds, stage, space) -> set[str]:
             needed |= set(graph[name].inputs())
         if name in space:  # a reduction kernel's value read outside it
             here = (stage[name], space[name])
-            if any((stage[u], space.get(u)) != here for u in graph.users(name)):
-                needed.add(name)
+            for u in graph.users(name):
+                if (stage[u], space.get(u)) == here:
+                    continue
+                # a row-group partial no row kernel of its stage takes reads its source, not its chunks view
+                needed.add(graph.grouped_source(u) if u in graph.grouped else name)
     return needed

@@ -206,6 +206,7 @@ class Plan:
     interior: dict[str, str] = field(default_factory=dict)  # value -> the padded buffer it is written inside
     donated: frozenset[str] = frozenset()  # inputs whose memory the call may take over once they die
     results_over_donated: bool = False  # whether a result may be written there too (codegen/reuse.py)
+    rounded: frozenset[str] = frozenset()  # 16-bit values rounded wherever computed (plan/recompute.py)
 
     @property
     def kernels(self) -> list[Kernel]:

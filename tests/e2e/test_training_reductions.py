@@ -65,6 +65,22 @@ def test_each_program_sums_its_row_group(device):
     assert "for xoffset in tl.range(0, 24, XBLOCK, num_stages=2)" in source
 
 
+def test_row_groups_no_row_kernel_of_their_stage_takes_read_their_source(device):
+    """A broadcast embedding's gradient (a sum over the batch of x's gradient, grouped by rows)
+    comes a stage after x's gradient, which the norm's backward kernel writes: its kernel reads
+    that gradient. It stored the [1, 4, 6, 16] chunks view in the norm's kernel, which had no place
+    for it (a backward compile error of every pre-norm stack over a broadcast embedding)."""
+
+    def fn(x, emb, norm_w, w):
+        h = x + emb
+        h = h + rms_norm(h, norm_w) @ w
+        return rms_norm(h, norm_w)
+
+    x, emb, norm_w, w = _params((4, 6, 16), (6, 16), (16,), (16, 16), dtype=torch.float32, device=device)
+    entry = grads_match(fn, x, emb, norm_w, w)
+    assert entry.backward.plan is not None
+
+
 def test_row_groups_keep_one_accumulator_row_for_sums_maxima_and_minima(device):
     """Each program adds each step's XBLOCK rows into one partial row ([1, RBLOCK]); max and min
     combine the same way, a NaN in a column carried to the result as eager carries it."""

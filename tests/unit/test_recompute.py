@@ -84,8 +84,42 @@ def test_a_chosen_value_no_later_kernel_loads_is_unread():
     assert recompute.unread([first, later], {"a": 0, "b": 0, "c": 1}, {"a", "b"}) == {"a"}
 
 
+def test_a_16_bit_stream_is_written_in_inference_and_not_in_training(device):
+    """An inference graph writes a bfloat16 stream as a float32 one (each later norm loads one stream
+    value); a training step's graphs write none (a backward recomputes them: the next test)."""
+    args = [a.bfloat16() for a in _args(4, device)]
+    check(residual_stream, *args)
+    plan = minicomp.jit(residual_stream).compiled(*args).plan
+    norms = [k for k in plan.kernels if isinstance(k, ReductionKernel)]
+    assert plan.rounded and len(norms[1].loads) == 4 and all(len(k.loads) == 3 for k in norms[2:]), plan
+    jitted, args = minicomp.jit(residual_stream), [a.requires_grad_() for a in args]
+    jitted(*args).float().sum().backward()
+    entry = jitted.entry(*args)
+    assert entry.forward.plan.rounded == frozenset() and entry.backward.plan.rounded == frozenset()
+
+
+def test_a_written_16_bit_value_is_one_value_in_every_kernel(device):
+    """v = x + a + b in bfloat16, written for the later norms, is also read as float32 by a kernel
+    of its own stage: that kernel rounds it as its store does (the float32 sum, rounded once)."""
+
+    def fn(x, a, b, norm_w, w1, w2):
+        v = x + a + b
+        h = v + _rms(v, norm_w) @ w1
+        h = h + _rms(h, norm_w) @ w2
+        return _rms(h, norm_w), v.float() * 1.0
+
+    x, _, norm_w, w1, w2 = (t.bfloat16() for t in _args(2, device))
+    args = [x, torch.randn_like(x), torch.randn_like(x), norm_w, w1, w2]
+    plan = minicomp.jit(fn).compiled(*args).plan
+    assert "add_1" in plan.rounded, plan
+    source = check(fn, *args)
+    assert "rounded as stored" in source
+    x, a, b = (t.float() for t in args[:3])
+    assert torch.equal(minicomp.jit(fn)(*args)[1], (x + a + b).bfloat16().float())
+
+
 def test_a_16_bit_value_is_not_written_for_its_readers():
-    """Written, a bfloat16 value is rounded where the kernels computing it keep float32: the
+    """Written, a bfloat16 value is rounded where a backward recomputing it keeps float32: the
     forward's saved amax was taken over the rounded value, the backward's comparison with it over
     the unrounded one, and matched nowhere (NaN gradients; the review of plan/recompute.py)."""
 
