@@ -93,6 +93,7 @@ def compile_graph(
     donated: frozenset[str] = frozenset(),
     results_over_donated: bool = False,
     inference: bool = False,
+    saved: frozenset[str] = frozenset(),
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text.
@@ -107,7 +108,10 @@ def compile_graph(
     `results_over_donated` (no CUDA graph replays it: a forward replay would write over the memory
     a caller's gradient then lives in).
     `inference`: no backward graph follows this one and recomputes its values (plan/recompute.py:
-    16-bit values may be written to save later kernels' reads)."""
+    16-bit values may be written to save later kernels' reads).
+    `saved`: a training forward's values its backward reads (dispatch/saved_layouts.py): a 16-bit
+    one is rounded wherever the forward computes it, so the forward's own uses see the value the
+    backward loads (`Plan.rounded`)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     graph = common_subexpressions(graph)  # an op computed twice on the same arguments computed once
@@ -115,7 +119,7 @@ def compile_graph(
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")
-    plan = fusion.plan(graph, inference=inference)  # kinds, kernels, extern calls, their order, refusals
+    plan = fusion.plan(graph, inference=inference, saved=saved)  # kinds, kernels, extern calls, their order, refusals
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
@@ -126,7 +130,7 @@ def compile_graph(
     try:
         rendered = _parsing(codegen.render_module, plan, name, families)  # Triton kernels + Python wrapper, as text
     except NotImplementedError as err:  # a kernel it cannot write: once more, that kernel's reductions unfused
-        plan = _unfused(plan, err, name, freed_inputs, output_layouts or [], inference)
+        plan = _unfused(plan, err, name, freed_inputs, output_layouts or [], inference, saved)
         rendered = _parsing(codegen.render_module, plan, name, families)
     source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
@@ -158,7 +162,9 @@ def _parsing(stage: Callable, *args):
         return stage(*args)
 
 
-def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts, inference: bool) -> Plan:
+def _unfused(
+    plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts, inference: bool, saved: frozenset[str]
+) -> Plan:
     """The plan again with each reduction kernel that codegen cannot write broken up: every edge
     from one of its reductions to a node it computes cut (fusion.plan's `cut`), so each reduction
     is written and its readers read it in a later kernel. Defence in depth behind fusion's rules
@@ -182,7 +188,7 @@ def _unfused(plan: Plan, err: NotImplementedError, name: str, freed_inputs, layo
         ", ".join(k.name for k in failing),
         err,
     )
-    again = fusion.plan(plan.graph, frozenset(cut), inference=inference)
+    again = fusion.plan(plan.graph, frozenset(cut), inference=inference, saved=saved)
     again = schedule.order(again, freed_inputs)
     again = _with_output_layouts(again, layouts)
     again = dataclasses.replace(

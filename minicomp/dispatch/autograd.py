@@ -27,6 +27,7 @@ from torch.utils import _pytree as pytree
 from minicomp import capture, config, guards, runtime
 from minicomp.dispatch import chunk_tracing, fallback, saved_layouts
 from minicomp.dispatch.partition import partition
+from minicomp.dispatch.saved_layouts import saved_activations
 from minicomp.dispatch.training_call import LeanCall, eager_backward, simple_first_call
 
 if TYPE_CHECKING:
@@ -83,14 +84,6 @@ def _handles_overlap(meta) -> bool:
         return meta.from_tensor(torch.empty(1).expand(2)).memory_format is not None
     except Exception:  # noqa: BLE001 - another signature: leave it as it is
         return True
-
-
-def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:
-    """The backward's inputs that the forward computed (not its own inputs, not tangents): the
-    partition names them after the forward's nodes, and AOTAutograd hands them to the boxed
-    backward, which frees each at its last use; parameters and tangents stay the caller's."""
-    computed = {n.name for n in forward.graph.nodes if n.op not in ("placeholder", "output")}
-    return frozenset(n.name for n in backward.graph.nodes if n.op == "placeholder" and n.name in computed)
 
 
 def input_layouts(forward: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
@@ -183,7 +176,9 @@ class TrainingEntry:
             if self.rows_chunked is None and chunk_tracing.has_large_matmul(gm):
                 raise chunk_tracing.Chunkable  # traced again with the product computed by chunks (_call)
             any_layout = saved_layouts.any_layout(gm)
-            self.forward = compile_graph(gm, f"{name}_forward", input_names, families, any_layout=any_layout)
+            self.forward = compile_graph(
+                gm, f"{name}_forward", input_names, families, any_layout=any_layout, saved=saved_layouts.saved(gm)
+            )
             return self.forward.boxed
 
         settings = config.current()  # autograd compiles a GPU backward on its own thread

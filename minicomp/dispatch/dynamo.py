@@ -65,7 +65,13 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
                 with config.override(**settings):
                     compiled = compile_graph(
-                        static, part, input_names, families=families, freed_inputs=saved, inference=inference
+                        static,
+                        part,
+                        input_names,
+                        families=families,
+                        freed_inputs=saved,
+                        inference=inference,
+                        saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
                     )
                 return eager_when_reentered(compiled.boxed, compiled, static)
 
@@ -97,6 +103,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                     donated=donated,
                     results_over_donated=graphs is None,  # (a replayed forward would write over a gradient)
                     inference=inference,
+                    saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
                 )
             if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
                 forward["saved_layouts"] = saved_layouts.produced(gm, compiled)

@@ -27,13 +27,15 @@ from minicomp.plan.pad_matmuls import ALIGNMENT
 from minicomp.runtime.externs import conform
 
 ANY_LAYOUT = "minicomp_any_layout"  # forward graph meta: saved outputs only the backward reads
+SAVED = "minicomp_saved"  # forward graph meta: the outputs the backward reads (its saved activations)
 _MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
 
 
 def mark(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> None:
     """Record on `forward`'s meta the names of its saved matmul products that the backward alone
     reads (not returned to the caller as well, who sees eager's layout) and can read with a gap
-    after each row (fake tensors propagated through it with such a layout: a padded product's)."""
+    after each row (fake tensors propagated through it with such a layout: a padded product's),
+    and the names of all its values the backward reads (`saved`)."""
     outputs = [a for a in _output_args(forward) if isinstance(a, torch.fx.Node)]
     once = {n.name: n for n in outputs if outputs.count(n) == 1 and n.target in _MATMULS}
     probes = {}
@@ -43,10 +45,24 @@ def mark(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> None:
             probes[node.name] = (tuple(value.shape), row_padded_strides(value.shape, value.shape[-1] + 1))
     names = set(probes) if probes and _propagated(backward, probes, keep=False) else set()
     forward.meta[ANY_LAYOUT] = frozenset(names)
+    forward.meta[SAVED] = saved_activations(forward, backward)
 
 
 def any_layout(forward: torch.fx.GraphModule) -> frozenset[str]:
     return forward.meta.get(ANY_LAYOUT, frozenset())
+
+
+def saved(forward: torch.fx.GraphModule) -> frozenset[str]:
+    """The forward's values its backward reads, as the partition recorded them (`mark`)."""
+    return forward.meta.get(SAVED, frozenset())
+
+
+def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:
+    """The backward's inputs that the forward computed (not its own inputs, not tangents): the
+    partition names them after the forward's nodes, and AOTAutograd hands them to the boxed
+    backward, which frees each at its last use; parameters and tangents stay the caller's."""
+    computed = {n.name for n in forward.graph.nodes if n.op not in ("placeholder", "output")}
+    return frozenset(n.name for n in backward.graph.nodes if n.op == "placeholder" and n.name in computed)
 
 
 def produced(forward: torch.fx.GraphModule, compiled) -> dict[str, tuple[tuple, tuple]]:

@@ -64,13 +64,15 @@ def plan(
     cut: frozenset[tuple[str, str]] = frozenset(),
     kept_inline: frozenset[str] = frozenset(),
     inference: bool = False,
+    saved: frozenset[str] = frozenset(),
 ) -> Plan:
     """The kernels and extern calls that compute `graph`, in stage order (schedule.py reorders).
     `cut`: (value, user) edges to plan across a kernel boundary, whatever the rules say
     (pipeline.py's retry after a kernel codegen could not write). `kept_inline`: values rule 3's
     pricing may not write (below: a kernel would launch only to write them). `inference`: no
     other graph recomputes this one's values (no backward follows), so rule 3 may write 16-bit
-    values too (recompute.py)."""
+    values too (recompute.py). `saved`: a training forward's values its backward reads; a 16-bit
+    one is rounded wherever it is computed, as the value the backward loads is (`Plan.rounded`)."""
     kinds, reasons = stages.classify(graph)
     cut, misread, written, rounds = frozenset(cut), [], set(), 0
     while True:  # rule 5: a reduction read at another row than its own is read from memory
@@ -113,12 +115,20 @@ def plan(
     _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
     made = Plan(
-        graph, steps, materialized, refusals, stage, kinds, strides, space, rounded=recompute.rounded(graph, written)
+        graph,
+        steps,
+        materialized,
+        refusals,
+        stage,
+        kinds,
+        strides,
+        space,
+        rounded=recompute.rounded(graph, written | saved),
     )
     made = matmul.templated(made, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
     alone = {n for k in made.kernels if k.stores and set(k.stores) <= written for n in k.stores}
     if alone:  # a template took what else their writer stored: it would launch for them alone
-        return plan(graph, cut, kept_inline | alone, inference)
+        return plan(graph, cut, kept_inline | alone, inference, saved)
     return made
 
 

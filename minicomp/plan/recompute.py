@@ -71,9 +71,14 @@ def worth_writing(
     return found
 
 
-def rounded(graph: Graph, written: set[str]) -> frozenset[str]:
-    """The written values of a 16-bit dtype: each kernel computing one rounds it as its store does."""
-    return frozenset(n for n in written if graph[n].meta.dtype in dtypes.LOW_PRECISION)
+def rounded(graph: Graph, written: set[str] | frozenset[str]) -> frozenset[str]:
+    """The values of a 16-bit dtype among `written` (and a forward's saved ones): each kernel
+    computing one rounds it as its store does."""
+    return frozenset(
+        n
+        for n in written
+        if n in graph.nodes and isinstance(graph[n].meta, TensorMeta) and graph[n].meta.dtype in dtypes.LOW_PRECISION
+    )
 
 
 def _behind(parent: dict, name: str, chosen: set[str]) -> bool:

@@ -89,3 +89,30 @@ def test_arithmetic_with_a_0d_operand_of_another_16_bit_dtype_rounds_it_first(de
         (out.float().sum() + t.float().sum()).backward()
         grads.append(leaf.grad)
     assert grads[0].isnan() and grads[1].isnan()
+
+
+def _normed_over_amax(x, w):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    return y / y.abs().amax(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("through", ["jit", "dynamo"])
+def test_a_saved_16_bit_value_is_rounded_where_the_forward_uses_it(device, dtype, through):
+    """The forward saved rsqrt (stored rounded) and took amax over y computed from it unrounded; the
+    backward recomputed y from the rounded rsqrt, and its comparison with the saved amax matched
+    nowhere: NaN gradients (the review of session 21). A saved value is rounded wherever the
+    forward computes it (`compile_graph(saved=...)`)."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(24, 16, generator=g).to(device, dtype), torch.randn(16, generator=g).to(device, dtype)
+    compiled = (
+        minicomp.jit(_normed_over_amax) if through == "jit" else torch.compile(_normed_over_amax, backend="minicomp")
+    )
+    grads = []
+    for f in (_normed_over_amax, compiled):
+        leaves = [t.detach().requires_grad_(True) for t in (x, w)]
+        f(*leaves).float().sum().backward()
+        grads.append([t.grad for t in leaves])
+    for mine, eager in zip(grads[1], grads[0]):
+        assert mine.isfinite().all()
+        torch.testing.assert_close(mine.float(), eager.float(), atol=0.1, rtol=0.05)
