@@ -124,6 +124,7 @@ DEFAULTS = dict(
     persistent_rows=8192,  # reduction_space.py: a reduced row up to this many elements ...
     persistent_bytes=1024,  # ... and bytes of its widest input is held in registers whole
     loop_block=4096,  # fusion.py: elements of a longer row a looped reduction takes per step
+    peel_below=8,  # codegen/reduction.py: a looped row whose length is no multiple of this takes its last step apart
     scan_block=2048,  # plan/scan.py: elements of a longer row a looped scan takes per step
     outer_block=32,  # fusion.py: elements of a row a step when the rows are contiguous in memory
     split_below=256,  # split_reductions.py: a reduction with fewer row tiles (~2 per SM) is split ...

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from minicomp import config
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.codegen.reduction_lines import ReductionLines
 from minicomp.codegen.reduction_passes import passes
@@ -353,14 +354,28 @@ class ReductionWriter(ReductionLines, KernelWriter):
         lines += xdefs
         if not self.looped:
             return lines + whole_row + straight
+        peeled = self.extent % self.rblock and self.extent % config.get("peel_below")
         for k, phase in enumerate(self.phases):
             lines += phase.before
             if phase.body:
                 what = ", ".join(phase.reductions + phase.stores)
                 extent = size(self.extent)
-                lines.append(f"for roffset in range(0, {extent}, RBLOCK):  # pass {k + 1}: {what}")
-                loop = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", f"rmask = rindex < {extent}"]
-                lines += ["    " + line for line in loop + rdefs + phase.body]
+                step = "rindex = roffset + tl.arange(0, RBLOCK)[None, :]"
+                # A row whose length is no multiple of config "peel_below" takes its last, partial
+                # step apart: under the mask `rindex < 50257` no two neighbouring lanes share a mask
+                # value the compiler can prove, so every load and store of every step went element
+                # by element (docs/experiments.md; benchmarks/experiments/peeled_steps.py)
+                if peeled:  # whole steps unmasked, then the last, partial one
+                    whole = f"{extent} // RBLOCK * RBLOCK"
+                    lines.append(f"for roffset in range(0, {whole}, RBLOCK):  # pass {k + 1}: {what} (whole steps)")
+                    loop = [step, "rmask = tl.full([1, RBLOCK], True, tl.int1)"]
+                    lines += ["    " + line for line in loop + rdefs + phase.body]
+                    lines += [f"roffset = {whole}  # pass {k + 1}: its last step", step, f"rmask = rindex < {extent}"]
+                    lines += rdefs + phase.body
+                else:
+                    lines.append(f"for roffset in range(0, {extent}, RBLOCK):  # pass {k + 1}: {what}")
+                    loop = [step, f"rmask = rindex < {extent}"]
+                    lines += ["    " + line for line in loop + rdefs + phase.body]
             lines += phase.after
         return lines
 

@@ -43,7 +43,7 @@ class ReductionLines:
         if not self.looped:
             reduced = f"tl.reduce(tl.where(rmask, {v}, {init}), 1, {combine})[:, None]"
             self.phase.after.append(f"{result} = {self._finish(r, reduced)}  # {self.graph[name].op_name}")
-            self.results[name] = ops.Value(result, result_dtype(r))
+            self.results[name] = self._rounded_result(name, ops.Value(result, result_dtype(r)))
             return
         acc = self.fresh(f"{name}_acc")
         if partner is None:  # an elementwise accumulator, reduced along the row after the loop
@@ -51,9 +51,21 @@ class ReductionLines:
             self.phase.body.append(f"{acc} = tl.where(rmask, {combine}({acc}, {v}), {acc})")
             reduced = f"tl.reduce({acc}, 1, {combine})[:, None]"
             self.phase.after.append(f"{result} = {self._finish(r, reduced)}  # {self.graph[name].op_name}")
-            self.results[name] = ops.Value(result, result_dtype(r))
+            self.results[name] = self._rounded_result(name, ops.Value(result, result_dtype(r)))
             return
         self._reduce_online(name, partner, r, v, acc, result)
+
+    def _rounded_result(self, name: str, value: ops.Value) -> ops.Value:
+        """A 16-bit reduction's result rounded to its dtype where it is computed, as eager's is: its
+        readers in this kernel use the value a later kernel, or a backward, loads (a forward that
+        divided by the unrounded amax, and stored the quotient for an amin whose backward recomputed
+        it from the stored amax, matched no element there: NaN gradients)."""
+        dtype = self.graph[name].meta.dtype
+        if dtype not in dtypes.LOW_PRECISION or value.dtype != torch.float32:
+            return value
+        rounded = self.fresh(name)
+        self.phase.after.append(f"{rounded} = {value.code}.to({dtypes.triton_dtype(dtype)}).to(tl.float32)  # rounded")
+        return ops.Value(rounded, torch.float32)
 
     def _reduce_online(self, name: str, partner: str, r, v: str, acc: str, result: str) -> None:
         """Online softmax: per row, the running max and the running sum of exp(v - max), the sum
@@ -74,7 +86,9 @@ class ReductionLines:
             f"{acc} = {grown}",
         ]
         self.phase.after.append(f"{result} = {acc}  # {self.graph[name].op_name}")
-        self.results[name] = ops.Value(result, r.acc)
+        self.results[name] = self._rounded_result(name, ops.Value(result, r.acc))
+        if self.results[name].code != result:  # the sum taken against the rounded max: exp(v - m) * exp(m - r)
+            total = f"{total} * tl.exp({result} - {self.results[name].code})"
         summed = self.fresh(partner)
         self.phase.after.append(
             f'{summed} = tl.where({result} == float("-inf"), float("nan"), {total})'

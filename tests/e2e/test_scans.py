@@ -44,7 +44,7 @@ def test_rows_longer_than_a_tile_carry_the_tiles_before(device, op):
     x = torch.randn(3, 300, device=device, dtype=torch.float64 if op == "cumprod" else torch.float32)
     with config.override(persistent_rows=64, scan_block=64):
         source = check(lambda x: SCANS[op](x.sin() * 0.01 + (op == "cumprod") + x * (op != "cumprod"), 1), x, kernels=1)
-    assert "for roffset in range(0, 300, RBLOCK)" in source and "carry" in source, source
+    assert "for roffset in range(0, 300" in source and "carry" in source, source  # (300: its last step apart)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
