@@ -5,6 +5,8 @@ target compare) and variants, by RBLOCK and warps, against a copy of the same by
     python benchmarks/scripts/loss_backward_forms.py      # repository root, a GPU
 """
 
+from types import SimpleNamespace
+
 import torch
 import triton
 import triton.language as tl
@@ -68,32 +70,44 @@ def k_gen(
         tl.store(out_ptr + (50264 * x0 + r0), v.to(tl.bfloat16), mask=xmask & rmask)
 
 
-R, V, VP = 4096, 50257, 50264
-dev = "cuda"
-t = torch.randint(0, V, (R,), device=dev)
-g = torch.ones((), device=dev)
-n = torch.full((), float(R), device=dev)
-mm = torch.randn(R, VP, device=dev, dtype=torch.bfloat16)
-amax = torch.randn(R, device=dev)
-lg = torch.randn(R, device=dev)
-out = torch.empty(R, VP, device=dev, dtype=torch.bfloat16)
-floor = do_bench(lambda: out.copy_(mm), warmup=25, rep=200)
-print(f"copy of the same bytes (floor): {floor * 1e3:.1f} us")
-ref = None
-for pass1, i32 in ((1, 0), (0, 0), (0, 1), (1, 1)):
-    for rb in (1024, 2048, 4096):
-        for nw in (4, 8, 16):
-            f = lambda: k_gen[(R,)](
-                t, g, n, mm, amax, lg, out, R, XBLOCK=1, RBLOCK=rb, PASS1=pass1, I32=i32, num_warps=nw
-            )
-            f()
-            torch.cuda.synchronize()
-            if ref is None:
-                ref = out.clone()
-            else:
-                assert torch.allclose(out[:, :V].float(), ref[:, :V].float(), atol=1e-2), (pass1, i32, rb, nw)
-            ms = do_bench(f, warmup=25, rep=200)
-            print(
-                f"pass1={pass1} int32={i32} RBLOCK={rb} warps={nw}: {ms * 1e3:.1f} us  {ms / floor:.2f}x floor",
-                flush=True,
-            )
+R, V, VP = 4096, 50257, 50264  # rows, the vocabulary, its padded row stride
+
+
+def inputs() -> SimpleNamespace:
+    """The kernel's operands at GPT-2's sizes on the GPU, its output, and the floor: the time of a
+    copy of as many bytes as it reads and writes (ms)."""
+    dev = "cuda"
+    run = SimpleNamespace(
+        t=torch.randint(0, V, (R,), device=dev),
+        g=torch.ones((), device=dev),
+        n=torch.full((), float(R), device=dev),
+        mm=torch.randn(R, VP, device=dev, dtype=torch.bfloat16),
+        amax=torch.randn(R, device=dev),
+        lg=torch.randn(R, device=dev),
+        out=torch.empty(R, VP, device=dev, dtype=torch.bfloat16),
+    )
+    run.floor = do_bench(lambda: run.out.copy_(run.mm), warmup=25, rep=200)
+    print(f"copy of the same bytes (floor): {run.floor * 1e3:.1f} us")
+    return run
+
+
+def main() -> None:
+    x, ref = inputs(), None
+    for pass1, i32 in ((1, 0), (0, 0), (0, 1), (1, 1)):
+        for rb in (1024, 2048, 4096):
+            for nw in (4, 8, 16):
+                f = lambda: k_gen[(R,)](  # noqa: E731
+                    x.t, x.g, x.n, x.mm, x.amax, x.lg, x.out, R, XBLOCK=1, RBLOCK=rb, PASS1=pass1, I32=i32, num_warps=nw
+                )
+                f()
+                torch.cuda.synchronize()
+                if ref is None:
+                    ref = x.out.clone()
+                else:
+                    assert torch.allclose(x.out[:, :V].float(), ref[:, :V].float(), atol=1e-2), (pass1, i32, rb, nw)
+                ms = do_bench(f, warmup=25, rep=200)
+                print(f"pass1={pass1} int32={i32} RBLOCK={rb} warps={nw}: {ms * 1e3:.1f} us  {ms / x.floor:.2f}x floor")
+
+
+if __name__ == "__main__":
+    main()

@@ -2,13 +2,15 @@
 """The loss-backward kernel's pass with its whole steps unmasked and the last one masked
 (peeled), against every step masked, by RBLOCK and warps (session 21).
 
-    python benchmarks/scripts/loss_backward_peeled.py     # repository root, a GPU
+    PYTHONPATH=. python benchmarks/scripts/loss_backward_peeled.py     # repository root, a GPU
 """
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+from benchmarks.scripts.loss_backward_forms import R, V, inputs
 
 
 @triton.jit
@@ -43,31 +45,17 @@ def k(t_ptr, mm_ptr, amax_ptr, log_ptr, out_ptr, w5c, RBLOCK: tl.constexpr, PEEL
             tl.store(out_ptr + (50264 * x0 + r0), v.to(tl.bfloat16), mask=rmask)
 
 
-R, V, VP = 4096, 50257, 50264
-dev = "cuda"
-t = torch.randint(0, V, (R,), device=dev)
-mm = torch.randn(R, VP, device=dev, dtype=torch.bfloat16)
-amax = torch.randn(R, device=dev)
-lg = torch.randn(R, device=dev)
-out = torch.empty(R, VP, device=dev, dtype=torch.bfloat16)
-floor = do_bench(lambda: out.copy_(mm), warmup=25, rep=200)
-print(f"floor (copy) {floor * 1e3:.1f} us")
-ref = None
-for peel in (0, 1):
-    for rb in (1024, 2048, 4096):
-        for nw in (4, 8, 16, 32):
-            f = lambda: k[(R,)](t, mm, amax, lg, out, 1.0 / R, RBLOCK=rb, PEEL=peel, num_warps=nw)
-            try:
+if __name__ == "__main__":
+    x, ref = inputs(), None
+    for peel in (0, 1):
+        for rb in (1024, 2048, 4096):
+            for nw in (4, 8, 16, 32):
+                f = lambda: k[(R,)](x.t, x.mm, x.amax, x.lg, x.out, 1.0 / R, RBLOCK=rb, PEEL=peel, num_warps=nw)  # noqa: E731
                 f()
                 torch.cuda.synchronize()
-                if ref is None:
-                    ref = out.clone()
-                assert torch.equal(out[:, :V], ref[:, :V])
+                ref = x.out.clone() if ref is None else ref
+                assert torch.equal(x.out[:, :V], ref[:, :V])
                 ms = do_bench(f, warmup=25, rep=150)
-            except Exception as e:
-                print(peel, rb, nw, "fail", type(e).__name__, str(e).splitlines()[-1][:120])
-                continue
-            print(
-                f"peel={peel} RBLOCK={rb} warps={nw} per_thread={rb // (32 * nw)}: {ms * 1e3:.1f} us {ms / floor:.2f}x",
-                flush=True,
-            )
+                print(
+                    f"peel={peel} RBLOCK={rb} warps={nw} per_thread={rb // (32 * nw)}: {ms * 1e3:.1f} us {ms / x.floor:.2f}x"
+                )

@@ -2,18 +2,15 @@
 """Elements a thread in looped reductions over [4096, 50257] bf16 rows with masked steps: the
 loss-backward kernel and a two-pass softmax, by RBLOCK and warps (session 21).
 
-    python benchmarks/scripts/loss_backward_threads.py    # repository root, a GPU
+    PYTHONPATH=. python benchmarks/scripts/loss_backward_threads.py    # repository root, a GPU
 """
-
-import importlib.util
-import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-spec = importlib.util.spec_from_file_location("ce", "benchmarks/scripts/loss_backward_forms.py")
+from benchmarks.scripts.loss_backward_forms import R, inputs, k_gen
 
 
 @triton.jit
@@ -37,22 +34,7 @@ def softmax2(x_ptr, out_ptr, n_rows, RBLOCK: tl.constexpr):
 
 
 if __name__ == "__main__":
-    sys.argv = ["x"]
-    src = open("benchmarks/scripts/loss_backward_forms.py").read().split("R, V, VP =")[0]
-    ns = {}
-    exec(compile(src, "benchmarks/scripts/loss_backward_forms.py", "exec"), ns)
-    k_gen = ns["k_gen"]
-    R, V, VP = 4096, 50257, 50264
-    dev = "cuda"
-    t = torch.randint(0, V, (R,), device=dev)
-    g = torch.ones((), device=dev)
-    n = torch.full((), float(R), device=dev)
-    mm = torch.randn(R, VP, device=dev, dtype=torch.bfloat16)
-    amax = torch.randn(R, device=dev)
-    lg = torch.randn(R, device=dev)
-    out = torch.empty(R, VP, device=dev, dtype=torch.bfloat16)
-    floor = do_bench(lambda: out.copy_(mm), warmup=25, rep=200)
-    print(f"floor (copy) {floor * 1e3:.1f} us")
+    x = inputs()
     for name in ("loss_bw", "softmax"):
         for rb in (512, 1024, 2048, 4096):
             for nw in (2, 4, 8, 16, 32):
@@ -60,18 +42,16 @@ if __name__ == "__main__":
                 if per < 1:
                     continue
                 if name == "loss_bw":
-                    f = lambda: k_gen[(R,)](
-                        t, g, n, mm, amax, lg, out, R, XBLOCK=1, RBLOCK=rb, PASS1=1, I32=0, num_warps=nw
+                    f = lambda: k_gen[(R,)](  # noqa: E731
+                        x.t, x.g, x.n, x.mm, x.amax, x.lg, x.out, R, XBLOCK=1, RBLOCK=rb, PASS1=1, I32=0, num_warps=nw
                     )
                 else:
-                    f = lambda: softmax2[(R,)](mm, out, R, RBLOCK=rb, num_warps=nw)
+                    f = lambda: softmax2[(R,)](x.mm, x.out, R, RBLOCK=rb, num_warps=nw)  # noqa: E731
                 try:
                     f()
                     torch.cuda.synchronize()
                     ms = do_bench(f, warmup=25, rep=150)
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - a configuration that does not compile is reported
                     print(name, rb, nw, "fail", str(e)[:80])
                     continue
-                print(
-                    f"{name} RBLOCK={rb} warps={nw} per_thread={per}: {ms * 1e3:.1f} us {ms / floor:.2f}x", flush=True
-                )
+                print(f"{name} RBLOCK={rb} warps={nw} per_thread={per}: {ms * 1e3:.1f} us {ms / x.floor:.2f}x")
