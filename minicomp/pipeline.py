@@ -114,6 +114,7 @@ def compile_graph(
     backward loads (`Plan.rounded`)."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
+    saved = _as_named_in(graph, gm, saved)
     graph = common_subexpressions(graph)  # an op computed twice on the same arguments computed once
     graph = pad_matmuls(graph, any_layout)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
@@ -145,6 +146,18 @@ def compile_graph(
     boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
     boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
     return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+
+
+def _as_named_in(graph: ir.Graph, gm: torch.fx.GraphModule, returned: frozenset[str]) -> frozenset[str]:
+    """`returned`, values `gm` returns, as the IR `graph` names them (by output position: ir.from_fx
+    renames a node whose name a kernel's text reserves)."""
+    if not returned:
+        return frozenset()
+    result = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    flat = list(result) if isinstance(result, (list, tuple)) else [result]
+    return frozenset(
+        graph.outputs[i] for i, v in enumerate(flat) if isinstance(v, torch.fx.Node) and v.name in returned
+    )
 
 
 def _parsing(stage: Callable, *args):
