@@ -94,7 +94,7 @@ class ReductionLines:
             f'{summed} = tl.where({result} == float("-inf"), float("nan"), {total})'
             f"  # sum of exp({r.source} - {name}), accumulated online"
         )
-        self.results[partner] = ops.Value(summed, torch.float32)
+        self.results[partner] = self._rounded_result(partner, ops.Value(summed, torch.float32))
 
     def _filled(self, name: str, fill: str) -> ops.Value:
         """`name`'s full tile, its loads (when not already written in this pass) holding `fill`

@@ -144,3 +144,21 @@ def test_a_16_bit_reduction_is_rounded_where_it_is_computed(device, seed):
         leaves = [a.to(device).requires_grad_(a.is_floating_point()) for a in args]
         minicomp.jit(fn)(*leaves).float().sum().backward()
         assert all(bool(a.grad.isfinite().all()) for a in leaves if a.requires_grad), fn.__name__
+
+
+def _softmax_then_amax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return (e / e.sum(-1, keepdim=True)).amax(-1)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+def test_a_16_bit_sum_taken_online_with_its_max_is_rounded_too(device, looped):
+    """A bf16 softmax written out: looped, its max and sum are accumulated together (online); the
+    max was rounded where computed, the sum not, and the backward recomputing the quotient from the
+    stored sum matched no element of its amax (NaN gradients; the review of session 21)."""
+    x = (torch.randn(4, 40, generator=torch.Generator().manual_seed(1)) * 2).bfloat16().to(device)
+    settings = dict(persistent_rows=8, loop_block=16) if looped else {}
+    leaf = x.clone().requires_grad_()
+    with minicomp.config.override(**settings):
+        minicomp.jit(_softmax_then_amax)(leaf).sum().backward()
+    assert not leaf.grad.isnan().any()
