@@ -261,7 +261,9 @@ def test_a_reductions_row_length_is_a_size(fn, shape, device):
     needs runtime/interpreter_index.py."""
     jitted = minicomp.jit(fn)
     texts = []
-    for n in (40, 41, 43, 47, 49):
+    # (lengths that are no multiple of 8: a multiple walks its row without a peeled last step, other
+    # text of its own family; codegen/reduction.py)
+    for n in (41, 43, 45, 47, 49):
         x, w = torch.randn(shape(n), device=device), torch.randn(64, device=device)
         torch.testing.assert_close(jitted(x, w), fn(x, w), atol=1e-5, rtol=1e-5)
         texts.append(kernel_text(jitted.source(x, w)))
