@@ -35,12 +35,19 @@ def compiled(task: Task, variant: str):
         return torch.compile(task, backend="aot_eager")
     if variant == "inductor-ro":
         return torch.compile(task, mode="reduce-overhead")
-    if variant in ("minicomp", "minicomp-graphs"):
+    base, _, settings = variant.partition(":")
+    if base in ("minicomp", "minicomp-graphs"):
         from minicomp.dispatch.dynamo import registered
 
-        mode = "reduce-overhead" if variant == "minicomp-graphs" else None
-        return torch.compile(task, backend=registered(), mode=mode)  # a source tree has no entry point
+        mode = "reduce-overhead" if base == "minicomp-graphs" else None
+        options = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in _pairs(settings)} or None
+        return torch.compile(task, backend=registered(), mode=mode, options=options)  # (a source tree: no entry point)
     return torch.compile(task, backend="inductor")
+
+
+def _pairs(settings: str) -> list[tuple[str, str]]:
+    """ "a=1,b=x" -> [("a", "1"), ("b", "x")]: a variant's options (`minicomp:chunk_budget_bytes=134217728`)."""
+    return [tuple(item.split("=", 1)) for item in settings.split(",") if item]
 
 
 def make_step(task: Task, fn, step: str, args, kwargs, target) -> Callable:

@@ -17,7 +17,9 @@ optimizer), `infer` (no_grad), and for the decoders `decode` (batch 1, one new t
 cache) and `decode-static` (the same at position S/2 of transformers' StaticCache, filled
 eagerly first). Variants: `eager`, `inductor` (torch.compile's default), `inductor-ro`
 (mode="reduce-overhead", decode rows only), `minicomp` (backend="minicomp"), `minicomp-graphs`
-(backend="minicomp", mode="reduce-overhead": CUDA graphs, runtime/graphs.py; decode rows only);
+(backend="minicomp", mode="reduce-overhead": CUDA graphs, runtime/graphs.py; decode rows only),
+either with torch.compile options after a colon (`minicomp:chunk_budget_bytes=134217728`: config's
+tunables, a row of its own);
 on request, `aot_eager` (Dynamo and AOTAutograd with eager kernels: its first call is the part of
 every torch.compile backend's first call that comes before the backend compiles anything).
 
@@ -90,8 +92,8 @@ def jobs(pairs, variants) -> list[dict]:
     for model, step in pairs:
         if step.startswith("decode") and not MODELS[model].decoder:
             continue
-        for variant in (v for v in VARIANTS + ON_REQUEST if v in variants):
-            if variant not in GRAPHED or step.startswith("decode"):
+        for variant in (v for base in VARIANTS + ON_REQUEST for v in variants if v.partition(":")[0] == base):
+            if variant.partition(":")[0] not in GRAPHED or step.startswith("decode"):
                 out.append(dict(model=model, step=step, variant=variant))
     return out
 

@@ -142,7 +142,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
     families, settings, forward = frame_families.of_traced_function(), config.current() | _options(options, mode), {}
     graphs = _graphs(settings, example_inputs)
     gm = closed_over.with_checked_forms(gm)
-    gm = chunk_tracing.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks
+    with config.override(**settings):  # (options may set "chunk_budget_bytes")
+        gm = chunk_tracing.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks
     compile_pool.start_triton(example_inputs)  # Triton's one-time costs run while AOTAutograd traces
     compile_both = aot_autograd(
         fw_compiler=_compiler("forward", families, settings, forward, graphs),

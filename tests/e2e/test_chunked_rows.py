@@ -353,6 +353,19 @@ def test_not_chunked_under_the_default_budget():
     assert minicomp is not None
 
 
+def test_chunked_under_a_budget_given_as_torch_compiles_option(own_regions):
+    """`options={"chunk_budget_bytes": ...}` is in force when the backend looks for regions, which
+    it does before AOTAutograd's compilers (where the other options take effect) run."""
+    h, W, y = _inputs()
+    torch._dynamo.reset()
+    compiled = torch.compile(ce_ignore, backend=dynamo.registered(), options={"chunk_budget_bytes": BUDGET})
+    out = compiled(h, W, y)
+    assert len(own_regions) == 1
+    torch.testing.assert_close(out, ce_ignore(h, W, y))
+    got, ref = torch.autograd.grad(out, [h, W]), torch.autograd.grad(ce_ignore(h, W, y), [h, W])
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
+
+
 def test_rows_of_a_batch_without_a_view_back():
     """[B, S, V] logits reduced and gathered along their last dim as they are (dims 1 and 2 of a
     chunk's flattened rows)."""

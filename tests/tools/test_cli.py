@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from minicomp.__main__ import COMMANDS, main
 
@@ -121,3 +122,36 @@ def test_aot_eager_rows_only_on_request():
     named = jobs([("bert", "train")], ["minicomp", "aot_eager"])
     assert [j["variant"] for j in named] == ["minicomp", "aot_eager"]
     assert all(j["variant"] != "aot_eager" for j in jobs([("bert", "train")], VARIANTS))
+
+
+def test_variants_with_torch_compile_options():
+    """`minicomp:NAME=VALUE,...` is a row of its own, compiled with those options (config's tunables);
+    an unknown tunable is an error at the first call, as torch.compile's options are."""
+    from minicomp import config
+    from minicomp.bench.model_row import compiled, make_step
+    from minicomp.bench.model_specs import Task
+    from minicomp.bench.models import jobs
+
+    rows = jobs([("bert", "train"), ("gpt2", "decode")], ["minicomp:chunk_budget_bytes=4096", "minicomp", "eager"])
+    assert [(j["model"], j["variant"]) for j in rows] == [
+        ("bert", "eager"),
+        ("bert", "minicomp:chunk_budget_bytes=4096"),
+        ("bert", "minicomp"),
+        ("gpt2", "eager"),
+        ("gpt2", "minicomp:chunk_budget_bytes=4096"),
+        ("gpt2", "minicomp"),
+    ]  # fmt: skip (eager first, then each kind in the order asked)
+    assert [j["variant"] for j in jobs([("bert", "train")], ["minicomp-graphs:cuda_graph_limit=2"])] == []
+    torch._dynamo.reset()
+    task = Task(torch.nn.Linear(4, 3), "ce")
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    seen = []
+    with pytest.MonkeyPatch.context() as patch:
+        original = config.override
+        patch.setattr(config, "override", lambda **kw: (seen.append(kw.get("chunk_budget_bytes")), original(**kw))[1])
+        loss = make_step(task, compiled(task, "minicomp:chunk_budget_bytes=4096"), "train", (x,), {}, y)()
+    torch.testing.assert_close(loss, task(x, target=y))
+    assert 4096 in seen
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="no_such_tunable"):
+        compiled(task, "minicomp:no_such_tunable=1")(x)
