@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minicomp import config
+from minicomp.dispatch import linear_tail
 
 REGIONS: dict[str, Region] = {}  # key -> the region the op computes (this process)
 
@@ -70,6 +71,7 @@ class Region:
     bodies: dict[int, torch.fx.GraphModule] = field(default_factory=dict)
     compiled: dict[int, object] = field(default_factory=dict)  # run(): per rows
     joints: dict[tuple, object] = field(default_factory=dict)  # joint(): per rows, wanted sides, layouts
+    weight_fns: dict[tuple, object] = field(default_factory=dict)  # tail_weights(): per tail inputs' layouts
     undonated: bool = False  # a joint kept the product beside its gradient: chunks of half the rows
 
     def body(self, rows: int) -> torch.fx.GraphModule:
@@ -172,12 +174,14 @@ class Region:
         return outs, self._finished(result, inputs)
 
     def tail_weights(self, tail_inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-        """The tail's gradient with respect to each result (linear in them: taken at zeros)."""
-        zeros = [torch.zeros(shape, dtype=dtype, device=device, requires_grad=True) for shape, dtype, _ in self.outputs]
-        with torch.enable_grad(), _autograd_on():
-            loss = self.tail(*zeros, *tail_inputs)
-            found = torch.autograd.grad(loss, zeros, allow_unused=True)
-        return [torch.zeros_like(z) if g is None else g.detach() for z, g in zip(zeros, found)]
+        """The tail's gradient with respect to each result (linear in them: taken at zeros), by a
+        function traced once per signature of the tail inputs (linear_tail.gradient_at_zeros)."""
+        key = (device, tuple((t.dtype, t.shape, t.stride(), t.device) for t in tail_inputs))
+        if key not in self.weight_fns:
+            results = [(shape, dtype) for shape, dtype, _ in self.outputs]
+            compiled = device.type != "cpu" or COMPILE_ON_CPU
+            self.weight_fns[key] = linear_tail.gradient_at_zeros(self.tail, results, tail_inputs, device, compiled)
+        return list(self.weight_fns[key](*tail_inputs))
 
     def _chunk_gradients(self, result: dict, operands, logits, grads, start: int, end: int) -> list[torch.Tensor]:
         """Backpropagates the rows [start, end) of `grads` (one per result, or None) through the
@@ -354,15 +358,3 @@ def _add_product(total: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
         except (RuntimeError, NotImplementedError):  # an older torch: the product, then the sum
             pass
     total.add_(torch.mm(x.to(total.dtype), y.to(total.dtype)))
-
-
-class _autograd_on:
-    """Autograd inside a custom op's kernel: torch runs a custom op's implementation with the
-    autograd keys excluded (below autograd), and the backward differentiates the region's nodes."""
-
-    def __enter__(self):
-        self.guard = torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.AutogradFunctionality, False)
-        self.guard.__enter__()
-
-    def __exit__(self, *exc):
-        return self.guard.__exit__(*exc)

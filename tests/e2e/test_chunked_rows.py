@@ -150,17 +150,6 @@ def test_loss_forms_through_jit(fn):
     _check(fn, _inputs(), how="jit")
 
 
-@pytest.fixture
-def own_regions():
-    """This process's registry of chunked regions (chunked_rows.REGIONS) empty for the test, then as
-    it was: a region an earlier test made (its joints compiled) is not this test's to reuse."""
-    earlier = dict(chunked_rows.REGIONS)
-    chunked_rows.REGIONS.clear()
-    yield chunked_rows.REGIONS
-    chunked_rows.REGIONS.clear()
-    chunked_rows.REGIONS.update(earlier)
-
-
 def _compiled_joints(monkeypatch) -> list:
     """The chunks' joints (donating.Donating) made from now on, compiled on the CPU as on a GPU."""
     monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", True)

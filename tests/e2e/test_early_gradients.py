@@ -259,3 +259,32 @@ def test_a_double_backward_is_refused():
         out = torch.compile(lambda h, W, y: F.cross_entropy(h @ W.T, y), backend=dynamo.backend)(h, W, y)
         with pytest.raises(RuntimeError, match="gradients in the forward, which are not differentiable"):
             torch.autograd.grad(out, h, create_graph=True)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_tails_weights_are_traced_once_and_follow_the_targets(compiled, monkeypatch, own_regions):
+    """The weights the tail gives the row losses (1 / the rows not ignored, 0 at an ignored one)
+    come from a function traced once per layout of the tail's inputs, not from autograd at every
+    call; a call with other targets gets their weights (compiled: minicomp.jit's kernel, in
+    Triton's interpreter)."""
+    monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", compiled)
+    h, W, y = _inputs()
+    other = y.clone()
+    other[:9] = -100  # more rows ignored: other weights
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        fn = torch.compile(lambda h, W, y: F.cross_entropy(h @ W.T, y, ignore_index=-100), backend=dynamo.backend)
+        for target in (y, other, y):
+            out = fn(h, W, target)
+            ref = F.cross_entropy(h @ W.T, target, ignore_index=-100)
+            torch.testing.assert_close(out, ref)
+            got, want = torch.autograd.grad(out, [h, W]), torch.autograd.grad(ref, [h, W])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+            if target is other:  # traced by now: the forward runs no autograd
+                calls = []
+                monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: calls.append(a))
+                fn(h, W, target)
+                monkeypatch.undo()
+                monkeypatch.setattr(chunked_rows, "COMPILE_ON_CPU", compiled)
+                assert calls == []
+    assert [len(r.weight_fns) for r in own_regions.values()] == [1]
