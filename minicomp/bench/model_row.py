@@ -40,7 +40,7 @@ def compiled(task: Task, variant: str):
         from minicomp.dispatch.dynamo import registered
 
         mode = "reduce-overhead" if base == "minicomp-graphs" else None
-        options = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in _pairs(settings)} or None
+        options = {k: _value(v) for k, v in _pairs(settings)} or None
         return torch.compile(task, backend=registered(), mode=mode, options=options)  # (a source tree: no entry point)
     return torch.compile(task, backend="inductor")
 
@@ -48,6 +48,16 @@ def compiled(task: Task, variant: str):
 def _pairs(settings: str) -> list[tuple[str, str]]:
     """ "a=1,b=x" -> [("a", "1"), ("b", "x")]: a variant's options (`minicomp:chunk_budget_bytes=134217728`)."""
     return [tuple(item.split("=", 1)) for item in settings.split(",") if item]
+
+
+def _value(text: str):
+    """An option's value as written after `=`: an int, a float, true/false, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def make_step(task: Task, fn, step: str, args, kwargs, target) -> Callable:

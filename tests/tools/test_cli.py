@@ -128,7 +128,7 @@ def test_variants_with_torch_compile_options():
     """`minicomp:NAME=VALUE,...` is a row of its own, compiled with those options (config's tunables);
     an unknown tunable is an error at the first call, as torch.compile's options are."""
     from minicomp import config
-    from minicomp.bench.model_row import compiled, make_step
+    from minicomp.bench.model_row import _value, compiled, make_step
     from minicomp.bench.model_specs import Task
     from minicomp.bench.models import jobs
 
@@ -142,6 +142,7 @@ def test_variants_with_torch_compile_options():
         ("gpt2", "minicomp"),
     ]  # fmt: skip (eager first, then each kind in the order asked)
     assert [j["variant"] for j in jobs([("bert", "train")], ["minicomp-graphs:cuda_graph_limit=2"])] == []
+    assert [_value(v) for v in ("12", "-3", "2.5", "true", "False", "auto")] == [12, -3, 2.5, True, False, "auto"]
     torch._dynamo.reset()
     task = Task(torch.nn.Linear(4, 3), "ce")
     x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
