@@ -46,8 +46,9 @@ def compiled(task: Task, variant: str):
 
 
 def _pairs(settings: str) -> list[tuple[str, str]]:
-    """ "a=1,b=x" -> [("a", "1"), ("b", "x")]: a variant's options (`minicomp:chunk_budget_bytes=134217728`)."""
-    return [tuple(item.split("=", 1)) for item in settings.split(",") if item]
+    """ "a=1+b=x" -> [("a", "1"), ("b", "x")]: a variant's options (`minicomp:chunk_budget_bytes=134217728`;
+    `+` joins them, as the suite's --variants splits on commas)."""
+    return [tuple(item.split("=", 1)) for item in settings.split("+") if item]
 
 
 def _value(text: str):

@@ -18,8 +18,8 @@ cache) and `decode-static` (the same at position S/2 of transformers' StaticCach
 eagerly first). Variants: `eager`, `inductor` (torch.compile's default), `inductor-ro`
 (mode="reduce-overhead", decode rows only), `minicomp` (backend="minicomp"), `minicomp-graphs`
 (backend="minicomp", mode="reduce-overhead": CUDA graphs, runtime/graphs.py; decode rows only),
-either with torch.compile options after a colon (`minicomp:chunk_budget_bytes=134217728`: config's
-tunables, a row of its own);
+either with torch.compile options after a colon, joined by `+` (`minicomp:chunk_budget_bytes=134217728`:
+config's tunables, a row of its own);
 on request, `aot_eager` (Dynamo and AOTAutograd with eager kernels: its first call is the part of
 every torch.compile backend's first call that comes before the backend compiles anything).
 
@@ -154,7 +154,7 @@ def add_ratios(rows: list[dict]) -> None:
     held_mib, host_ms."""
     by_key = {(r["model"], r["step"], r["variant"]): r for r in rows}
     for row in rows:
-        if row["variant"] not in ("minicomp", "minicomp-graphs"):
+        if row["variant"].partition(":")[0] not in ("minicomp", "minicomp-graphs"):
             continue
         for base, key in (("inductor", "x_inductor"), ("inductor-ro", "x_inductor_ro")):
             other = by_key.get((row["model"], row["step"], base), {})
@@ -274,7 +274,8 @@ def main(argv=None):
     models = options.models.split(",") if options.models else list(MODELS)
     steps = options.steps.split(",") if options.steps else list(STEPS)
     variants = options.variants.split(",") if options.variants else TINY_VARIANTS if run.tiny else VARIANTS
-    unknown = set(models) - set(MODELS) | set(steps) - set(STEPS) | set(variants) - set(VARIANTS + ON_REQUEST)
+    kinds = {v.partition(":")[0] for v in variants}  # (`minicomp:NAME=VALUE+NAME=VALUE`: options)
+    unknown = set(models) - set(MODELS) | set(steps) - set(STEPS) | kinds - set(VARIANTS + ON_REQUEST)
     if unknown:
         raise SystemExit(f"unknown models, steps or variants: {sorted(unknown)}")
     pairs = [(model, step) for model in models for step in steps]

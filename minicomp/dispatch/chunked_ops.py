@@ -91,7 +91,20 @@ def chunked_rows_early(inputs: list[torch.Tensor], tail_inputs: list[torch.Tenso
     region = _region(key)
     weights = region.tail_weights(tail_inputs, inputs[0].device)
     outs, grads = region.forward_with_gradients(inputs, weights)
-    return [*outs, *grads, *weights]
+    return [*outs, *grads, *_unaliased(weights, [*inputs, *tail_inputs])]
+
+
+def _unaliased(weights: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`weights`, each one sharing memory with an input or an earlier weight copied (a custom op's
+    outputs may not alias: two results summed into the loss have one gradient, expanded twice)."""
+    taken = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
+    found = []
+    for w in weights:
+        if w.untyped_storage().data_ptr() in taken:
+            w = w.clone()
+        taken.add(w.untyped_storage().data_ptr())
+        found.append(w)
+    return found
 
 
 @chunked_rows_early.register_fake

@@ -176,10 +176,10 @@ class Region:
     def tail_weights(self, tail_inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         """The tail's gradient with respect to each result (linear in them: taken at zeros), by a
         function traced once per signature of the tail inputs (linear_tail.gradient_at_zeros)."""
-        key = (device, tuple((t.dtype, t.shape, t.stride(), t.device) for t in tail_inputs))
+        compiled = device.type != "cpu" or COMPILE_ON_CPU
+        key = (device, tuple((t.dtype, t.shape, t.stride(), t.device) for t in tail_inputs), compiled)
         if key not in self.weight_fns:
             results = [(shape, dtype) for shape, dtype, _ in self.outputs]
-            compiled = device.type != "cpu" or COMPILE_ON_CPU
             self.weight_fns[key] = linear_tail.gradient_at_zeros(self.tail, results, tail_inputs, device, compiled)
         return list(self.weight_fns[key](*tail_inputs))
 

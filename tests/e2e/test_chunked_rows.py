@@ -541,3 +541,33 @@ def test_a_no_grad_block_of_constants_is_chunked():
         out = torch.compile(reads_h, backend=dynamo.backend)(h, W, y)
         got = torch.autograd.grad(out, h)[0]
     torch.testing.assert_close(got, torch.autograd.grad(reads_h(h, W, y), h)[0], atol=1e-5, rtol=1e-4)
+
+
+def test_weights_one_gradient_gives_two_results_are_outputs_of_their_own(own_regions):
+    """Two row results summed into the loss get one gradient from the tail, expanded for each; the
+    custom op's outputs may not alias, so a weight sharing memory is copied (every call raised)."""
+
+    def fn(h, W, y):
+        logits = h @ W.T
+        return F.cross_entropy(logits, y, reduction="sum") + torch.logsumexp(logits, -1).pow(2).sum()
+
+    h, W, y = _inputs()
+    y = y.clamp_min(0)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=dynamo.registered(), options={"chunk_budget_bytes": BUDGET})
+    for _ in range(2):
+        out, ref = compiled(h, W, y), fn(h, W, y)
+        torch.testing.assert_close(out, ref)
+        got, want = torch.autograd.grad(out, [h, W]), torch.autograd.grad(ref, [h, W])
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert len(own_regions) == 1
+
+
+@pytest.mark.parametrize("value", [1e4, -1, True])
+def test_an_option_of_the_wrong_kind_is_refused_when_compiled(value):
+    """A float byte budget made chunks of 10.0 rows (every call raised); a negative one turned
+    chunking on; both are a clear error now."""
+    torch._dynamo.reset()
+    compiled = torch.compile(ce_ignore, backend=dynamo.registered(), options={"chunk_budget_bytes": value})
+    with pytest.raises(Exception, match="option 'chunk_budget_bytes' takes"):
+        compiled(*_inputs())

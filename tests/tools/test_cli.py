@@ -128,7 +128,7 @@ def test_variants_with_torch_compile_options():
     """`minicomp:NAME=VALUE,...` is a row of its own, compiled with those options (config's tunables);
     an unknown tunable is an error at the first call, as torch.compile's options are."""
     from minicomp import config
-    from minicomp.bench.model_row import _value, compiled, make_step
+    from minicomp.bench.model_row import _pairs, _value, compiled, make_step
     from minicomp.bench.model_specs import Task
     from minicomp.bench.models import jobs
 
@@ -141,7 +141,10 @@ def test_variants_with_torch_compile_options():
         ("gpt2", "minicomp:chunk_budget_bytes=4096"),
         ("gpt2", "minicomp"),
     ]  # fmt: skip (eager first, then each kind in the order asked)
-    assert [j["variant"] for j in jobs([("bert", "train")], ["minicomp-graphs:cuda_graph_limit=2"])] == []
+    assert [
+        j["variant"] for j in jobs([("bert", "train")], ["minicomp-graphs:cuda_graph_limit=2+cuda_graphs=true"])
+    ] == []
+    assert _pairs("a=1+b=x") == [("a", "1"), ("b", "x")]
     assert [_value(v) for v in ("12", "-3", "2.5", "true", "False", "auto")] == [12, -3, 2.5, True, False, "auto"]
     torch._dynamo.reset()
     task = Task(torch.nn.Linear(4, 3), "ce")
@@ -156,3 +159,20 @@ def test_variants_with_torch_compile_options():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="no_such_tunable"):
         compiled(task, "minicomp:no_such_tunable=1")(x)
+
+
+def test_suite_command_line_takes_option_variants(monkeypatch, tmp_path):
+    """`--variants minicomp:NAME=VALUE+NAME=VALUE` is a known variant (only the unknown model is named)."""
+    from minicomp.bench import models
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    argv = [
+        str(tmp_path / "out.json"),
+        "--tiny",
+        "--models",
+        "nosuch",
+        "--variants",
+        "minicomp:chunk_budget_bytes=4096+cuda_graphs=false",
+    ]
+    with pytest.raises(SystemExit, match=r"unknown models, steps or variants: \['nosuch'\]"):
+        models.main(argv)
