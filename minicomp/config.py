@@ -169,6 +169,18 @@ def get(name: str):
     return DEFAULTS[name]
 
 
+def checked(name: str, value):
+    """`value` for tunable `name` (torch.compile's options) when it has the default's type (an int
+    where a float is, too) and is no negative size where the default is a size; else ConfigError."""
+    default = DEFAULTS[name]
+    kinds = (int, float) if type(default) is float else (type(default),)
+    if default is not None and (not isinstance(value, kinds) or (type(default) is int and isinstance(value, bool))):
+        raise ConfigError(f"backend 'minicomp': option {name!r} takes a {type(default).__name__}, not {value!r}")
+    if type(default) is int and default >= 0 and value < 0:
+        raise ConfigError(f"backend 'minicomp': option {name!r} takes a value >= 0, not {value!r}")
+    return value
+
+
 def current() -> dict:
     """Every tunable's value in this thread: what a compile started later in another thread (a
     backward, which autograd runs on its device thread for a GPU) is given through `override`."""

@@ -176,20 +176,8 @@ def _options(options: dict | None, mode: str | None) -> dict:
                 f"backend 'minicomp' has no option {name!r}; its options are config's tunables: "
                 + ", ".join(config.DEFAULTS)
             )
-        settings[name] = _checked(name, value)
+        settings[name] = config.checked(name, value)
     return settings
-
-
-def _checked(name: str, value):
-    """`value` for tunable `name` when it has the default's type (an int where a float is, too), and
-    a non-negative size where the default is one (a budget of bytes); else config.ConfigError."""
-    default = config.DEFAULTS[name]
-    kinds = (int, float) if type(default) is float else (type(default),)
-    if default is not None and (not isinstance(value, kinds) or (type(default) is int and isinstance(value, bool))):
-        raise config.ConfigError(f"backend 'minicomp': option {name!r} takes a {type(default).__name__}, not {value!r}")
-    if type(default) is int and not isinstance(default, bool) and default >= 0 and value < 0:
-        raise config.ConfigError(f"backend 'minicomp': option {name!r} takes a value >= 0, not {value!r}")
-    return value
 
 
 def _graphs(settings: dict, example_inputs):
