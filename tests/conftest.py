@@ -194,3 +194,16 @@ def dynamo_compiles(monkeypatch):
     torch._dynamo.reset()
     yield names
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def own_regions():
+    """This process's registry of chunked regions (chunked_rows.REGIONS) empty for the test, then as
+    it was: a region an earlier test made (its joints compiled) is not this test's to reuse."""
+    from minicomp.dispatch import chunked_rows
+
+    earlier = dict(chunked_rows.REGIONS)
+    chunked_rows.REGIONS.clear()
+    yield chunked_rows.REGIONS
+    chunked_rows.REGIONS.clear()
+    chunked_rows.REGIONS.update(earlier)
