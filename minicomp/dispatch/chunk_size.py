@@ -7,10 +7,11 @@ from __future__ import annotations
 import torch.fx
 
 
-def rows_a_chunk(nodes: list[torch.fx.Node], n: int, budget: int) -> int | None:
+def rows_a_chunk(nodes: list[torch.fx.Node], n: int, budget: int) -> int:
     """Rows a chunk of the region whose product is `nodes[0]` and whose other values are the rest
-    (fx nodes with meta["val"], over `n` rows): `even_rows` of what the budget holds, or None
-    when the whole product fits (nothing to gain). On CUDA the region and its backward run as
+    (fx nodes with meta["val"], over `n` rows): `even_rows` of what the budget holds, or `n` when
+    the whole product fits (one chunk: row_regions.py takes it only where the gradients come in
+    the forward, so that no product is kept for the backward). On CUDA the region and its backward run as
     fused kernels (chunked_rows.Region.joint) that write the product's gradient over the product:
     one [rows, V] value of the product's dtype a row; elsewhere they run op by op: the region's
     widest value and its gradient."""
@@ -22,7 +23,7 @@ def rows_a_chunk(nodes: list[torch.fx.Node], n: int, budget: int) -> int | None:
     else:
         row_bytes = 2 * per_row * max(v.dtype.itemsize for v in values)
     rows = budget // max(row_bytes, 1)
-    return None if rows >= n else even_rows(n, rows)
+    return n if rows >= n else even_rows(n, rows)
 
 
 def even_rows(n: int, most: int) -> int:

@@ -120,12 +120,9 @@ class Region:
         width = padded_width(v, b.dtype, b.device)
         if width is None:
             return b, bias
-        weight = b.new_zeros(width, b.shape[0])  # [Vp, D]: b's transpose, the layout of a Linear's weight
-        weight[:v].copy_(b.t())
+        weight = torch.constant_pad_nd(b.t(), [0, 0, 0, width - v])  # [Vp, D]: b's transpose (a Linear's weight)
         if bias is not None and bias.shape[-1] == v:
-            wide = bias.new_zeros(*bias.shape[:-1], width)
-            wide[..., :v].copy_(bias)
-            bias = wide
+            bias = torch.constant_pad_nd(bias, [0, width - v])
         return weight.t(), bias
 
     def logits(self, a, b, bias, start: int, end: int, width: int) -> torch.Tensor:
@@ -134,16 +131,19 @@ class Region:
         product = torch.mm(rows, b) if bias is None else torch.addmm(bias, rows, b)
         return product if product.shape[1] == width else product[:, :width]
 
-    def side_chunks(self, sides, start: int, end: int) -> list:
-        return [
-            s.reshape(shape)[start:end] if role == ROWS else s.reshape(shape)
-            for s, (role, shape) in zip(sides, self.sides)
-        ]
+    def shaped_sides(self, sides) -> list:
+        """The side inputs as the chunks read them: a row side as [N, ...], the rest as they are read."""
+        return [s.reshape(shape) for s, (_, shape) in zip(sides, self.sides)]
+
+    def side_chunks(self, shaped, start: int, end: int) -> list:
+        """The chunk's side inputs, from `shaped_sides`."""
+        return [s[start:end] if role == ROWS else s for s, (role, _) in zip(shaped, self.sides)]
 
     def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         a, b, bias, sides = self.split(inputs)
         width, (b, bias) = b.shape[1], self.padded(b, bias)
         outs = [torch.empty(shape, dtype=dtype, device=a.device) for shape, dtype, _ in self.outputs]
+        sides = self.shaped_sides(sides)
         for start, end in self.chunks():
             found = self.run(end - start, a.device)(
                 self.logits(a, b, bias, start, end, width), *self.side_chunks(sides, start, end)
@@ -163,14 +163,19 @@ class Region:
         a, b, bias, sides = self.split(inputs)
         width, (b, bias) = b.shape[1], self.padded(b, bias)
         outs = [torch.empty(shape, dtype=dtype, device=a.device) for shape, dtype, _ in self.outputs]
+        rows_out = [out.view(self.n_rows, *rest) for out, (_, _, rest) in zip(outs, self.outputs)]
         result = {i: self._gradient_buffer(i, inputs[i], inputs[1].shape[1]) for i in self.diff}
+        weights = [
+            None if w is None else w.reshape(self.n_rows, *rest) for w, (_, _, rest) in zip(weights, self.outputs)
+        ]
+        operands = (a, b, self.shaped_sides(sides))
         for start, end in self.chunks():
             with torch.no_grad():
                 logits = self.logits(a, b, bias, start, end, width)
-            found = self._chunk_gradients(result, (a, b, sides), logits, weights, start, end)
+            found = self._chunk_gradients(result, operands, logits, weights, start, end)
             del logits  # its memory (the chunk's gradient by then) goes before the next chunk's product
-            for out, value, (_, _, rest) in zip(outs, found, self.outputs):
-                out.view(self.n_rows, *rest)[start:end].copy_(value.detach())
+            for out, value in zip(rows_out, found):
+                out[start:end] = value
         return outs, self._finished(result, inputs)
 
     def tail_weights(self, tail_inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
@@ -184,16 +189,14 @@ class Region:
         return list(self.weight_fns[key](*tail_inputs))
 
     def _chunk_gradients(self, result: dict, operands, logits, grads, start: int, end: int) -> list[torch.Tensor]:
-        """Backpropagates the rows [start, end) of `grads` (one per result, or None) through the
-        region at the chunk's product `logits`, into `result`; the chunk's results. `operands`:
-        (a, b from `padded`, the side inputs)."""
+        """Backpropagates the rows [start, end) of `grads` (one per result, [N, ...], or None)
+        through the region at the chunk's product `logits`, into `result`; the chunk's results.
+        `operands`: (a, b from `padded`, the side inputs from `shaped_sides`)."""
         a, b, sides = operands
         first_side = 3 if self.bias else 2
         wanted = tuple(i - first_side for i in self.diff if i >= first_side)
         weights = [
-            torch.zeros(end - start, *rest, dtype=dtype, device=a.device)
-            if grad is None
-            else grad.reshape(self.n_rows, *rest)[start:end]
+            torch.zeros(end - start, *rest, dtype=dtype, device=a.device) if grad is None else grad[start:end]
             for grad, (_, dtype, rest) in zip(grads, self.outputs)
         ]
         args = [logits, *self.side_chunks(sides, start, end), *weights]

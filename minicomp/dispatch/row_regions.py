@@ -238,10 +238,10 @@ def rewrite(gm: torch.fx.GraphModule, requires_grad: list[bool]) -> torch.fx.Gra
             continue
         finder = _Finder(gm, mm, needs_grad)
         why = finder.find()
-        rows = None if why else chunk_size.rows_a_chunk([finder.mm, *finder.region], finder.n, budget)
-        if why or rows is None:
-            log.info("%s: not chunked: %s", mm.name, why or "its product fits the budget")
+        if why:
+            log.info("%s: not chunked: %s", mm.name, why)
             continue
+        rows = chunk_size.rows_a_chunk([finder.mm, *finder.region], finder.n, budget)
         changed = _replace(gm, finder, rows, budget) or changed
     if not changed:
         return None
@@ -298,6 +298,9 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
     ]
     side_roles = [finder.sides[s] for s in sides]
     tail = linear_tail.find(gm, finder.outputs) if diff else "no gradient is wanted"
+    if isinstance(tail, str) and rows >= finder.n:  # one chunk, its product made again for the backward
+        log.info("%s: not chunked: its product fits the budget and %s", mm.name, _gradients_late(tail))
+        return False
     if isinstance(tail, str):
         log.info("%s: its gradients in the backward: %s", mm.name, tail)
         tail = None
@@ -338,6 +341,11 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
         *(mm.name, rows, finder.n, len(finder.outputs), "in the forward" if tail else "in the backward"),
     )
     return True
+
+
+def _gradients_late(why: str) -> str:
+    """Why a region's gradients are not made in the forward, for the log."""
+    return "no gradient is wanted" if why == "no gradient is wanted" else f"its gradients come in the backward ({why})"
 
 
 def _flatten_dims(copied: torch.fx.Node, node: torch.fx.Node, k: int) -> None:

@@ -11,7 +11,9 @@ read otherwise (returned, summed over rows) are left whole.
 
 from __future__ import annotations
 
+import math
 import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -330,6 +332,49 @@ def test_what_is_not_chunked():
     assert not _rewritten(lambda h, W, y: (h @ W.T).sum(0), h, W, y)
     small = torch.randn(4, D)  # a product that fits the budget
     assert not _rewritten(lambda h, W, y: F.cross_entropy(h @ W.T, y), small, W, y[:4].clamp_min(0))
+
+
+def _chunked_calls(fn, *inputs) -> list[tuple[str, int]]:
+    """(op, rows a chunk) of each chunked region the finder writes into fn's ATen graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minicomp import capture
+
+    gm = make_fx(fn, decomposition_table=capture.decompositions())(*inputs)
+    with config.override(chunk_budget_bytes=BUDGET):
+        out = row_regions.rewrite(gm, [isinstance(x, torch.Tensor) and x.requires_grad for x in inputs])
+    calls = [n for n in (out.graph.nodes if out is not None else []) if "chunked_rows" in str(n.target)]
+    return [(n.target._opname, chunked_rows.REGIONS[n.args[-1]].rows) for n in calls]
+
+
+def test_one_chunk_where_the_product_fits_and_its_gradients_come_early(monkeypatch):
+    """A product that fits the budget alone, not with its gradient (on CUDA the joint writes the
+    gradient over the product): one chunk where the gradients come in the forward (no product kept
+    for the backward: half the [N, V] memory and none saved), left whole where they would come in
+    the backward (the product made twice for nothing)."""
+    monkeypatch.setattr(chunk_size, "rows_a_chunk", lambda nodes, n, budget: n)
+    h, W, y = _inputs()
+    assert _chunked_calls(ce_ignore, h, W, y) == [("chunked_rows_early", N)]
+    assert _chunked_calls(ce_none, h, W, y) == []  # row losses returned: gradients in the backward
+    monkeypatch.setattr(chunk_size, "rows_a_chunk", lambda nodes, n, budget: 8)
+    assert _chunked_calls(ce_none, h, W, y) == [("chunked_rows", 8)]
+
+
+def _node(shape, dtype, device):
+    """A stand-in fx node: the size, dtype and device of its value, what rows_a_chunk reads."""
+    val = SimpleNamespace(numel=lambda: math.prod(shape), dtype=dtype, device=torch.device(device))
+    return SimpleNamespace(meta={"val": val})
+
+
+@pytest.mark.parametrize(
+    "device, budget, rows",
+    [("cuda", 4096 * 1000 * 2, 4096), ("cuda", 4096 * 1000 * 2 - 1, 2048), ("cpu", 4096 * 1000 * 2, 1024)],
+)
+def test_rows_a_chunk_counts_one_value_where_the_joint_writes_over_the_product(device, budget, rows):
+    """On CUDA a chunk holds one [rows, V] value of the product's dtype (its gradient written over
+    it): a budget of the whole product is one chunk; elsewhere the widest value and its gradient."""
+    nodes = [_node((4096, 1000), torch.bfloat16, device), _node((4096, 1000), torch.float32, device)]
+    assert chunk_size.rows_a_chunk(nodes, 4096, budget) == rows
 
 
 def test_not_chunked_under_the_default_budget():
