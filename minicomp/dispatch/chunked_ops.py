@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from minicomp import config
 from minicomp.dispatch.chunked_rows import REGIONS, ROWS, Region
 
 
@@ -27,10 +28,18 @@ def _region(key: str) -> Region:
         ) from None
 
 
+def _in_force(region: Region):
+    """The tunables in force where the region was found (torch.compile's options: "pad_matmuls",
+    the fallback policy, ...), for the chunks' padding and the compiles of their kernels."""
+    return config.override(**region.settings)
+
+
 @torch.library.custom_op("minicomp::chunked_rows", mutates_args=())
 def chunked_rows(inputs: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     """The row results of region `key` over inputs (a, b, bias?, *sides), a chunk at a time."""
-    return _region(key).forward(inputs)
+    region = _region(key)
+    with _in_force(region):
+        return region.forward(inputs)
 
 
 @chunked_rows.register_fake
@@ -42,7 +51,9 @@ def _chunked_rows_fake(inputs, key):
 @torch.library.custom_op("minicomp::chunked_rows_backward", mutates_args=())
 def chunked_rows_backward(inputs: list[torch.Tensor], grads: list[torch.Tensor | None], key: str) -> list[torch.Tensor]:
     """The gradients of region `key`'s differentiable inputs, a chunk at a time."""
-    return _region(key).backward(inputs, grads)
+    region = _region(key)
+    with _in_force(region):
+        return region.backward(inputs, grads)
 
 
 @chunked_rows_backward.register_fake
@@ -89,8 +100,9 @@ def chunked_rows_early(inputs: list[torch.Tensor], tail_inputs: list[torch.Tenso
     `weights` its linear tail gives the results (tail_inputs: what else the tail reads), then
     those weights: a chunk at a time, each chunk's product made once."""
     region = _region(key)
-    weights = region.tail_weights(tail_inputs, inputs[0].device)
-    outs, grads = region.forward_with_gradients(inputs, weights)
+    with _in_force(region):
+        weights = region.tail_weights(tail_inputs, inputs[0].device)
+        outs, grads = region.forward_with_gradients(inputs, weights)
     return [*outs, *grads, *_unaliased(weights, [*inputs, *tail_inputs])]
 
 

@@ -68,6 +68,7 @@ class Region:
     diff: list[int]
     budget: int
     tail: torch.fx.GraphModule | None = None  # (*results, *tail inputs) -> the loss: linear_tail.py
+    settings: dict = field(default_factory=dict)  # config's tunables where the region was found (chunked_ops.py)
     bodies: dict[int, torch.fx.GraphModule] = field(default_factory=dict)
     compiled: dict[int, object] = field(default_factory=dict)  # run(): per rows
     joints: dict[tuple, object] = field(default_factory=dict)  # joint(): per rows, wanted sides, layouts

@@ -308,6 +308,7 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
         [n for n in inputs + (tail.inputs if tail else []) if isinstance(n, torch.fx.Node)], order, order[first_reader]
     )
     tail_module = tail.module(gm, finder.outputs) if tail else None
+    settings = config.current()  # (torch.compile's options: in force where the chunks run, pad and compile)
     key = hashlib.sha256(
         repr(
             (
@@ -318,12 +319,14 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
                 diff,
                 rows,
                 budget,
+                sorted(settings.items()),
                 finder.n,
                 tail_module.code if tail_module else None,
             )
         ).encode()
     ).hexdigest()[:16]
-    REGIONS.setdefault(key, Region(template, finder.n, rows, bias, side_roles, outputs, diff, budget, tail_module))
+    found = Region(template, finder.n, rows, bias, side_roles, outputs, diff, budget, tail_module, settings)
+    REGIONS.setdefault(key, found)
     for node in late:  # side inputs computed after a result is first read (none of them reads the region)
         first_reader.prepend(node)
     with gm.graph.inserting_before(first_reader):

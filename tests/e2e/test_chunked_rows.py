@@ -400,6 +400,27 @@ def test_chunked_under_a_budget_given_as_torch_compiles_option(own_regions):
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("pad, width", [("always", 104), ("never", V)])
+def test_the_chunks_run_under_torch_compiles_options(own_regions, monkeypatch, pad, width):
+    """The other options given with the budget ("pad_matmuls" here) are in force where the chunks
+    run, after the compile has returned: b's padding (103 float32 columns: 104 padded)."""
+    widths, padded = [], chunked_rows.Region.padded
+
+    def recording(self, b, bias):
+        out = padded(self, b, bias)
+        widths.append(out[0].shape[1])
+        return out
+
+    monkeypatch.setattr(chunked_rows.Region, "padded", recording)
+    h, W, y = _inputs()
+    torch._dynamo.reset()
+    options = {"chunk_budget_bytes": BUDGET, "pad_matmuls": pad}
+    out = torch.compile(ce_ignore, backend=dynamo.registered(), options=options)(h, W, y)
+    got = torch.autograd.grad(out, [h, W])
+    assert widths and set(widths) == {width}
+    torch.testing.assert_close(got, torch.autograd.grad(ce_ignore(h, W, y), [h, W]), atol=1e-5, rtol=1e-4)
+
+
 def test_rows_of_a_batch_without_a_view_back():
     """[B, S, V] logits reduced and gathered along their last dim as they are (dims 1 and 2 of a
     chunk's flattened rows)."""
