@@ -28,8 +28,8 @@ from minicomp.ir import Ref, dtypes
 from minicomp.lowering import ops
 from minicomp.lowering.indexing import Dyn, Expr, IterationSpace, size
 from minicomp.lowering.ops.core import broadcast_index
+from minicomp.lowering.ops.indexed import bounds
 from minicomp.lowering.ops.scatters import scatter_of
-from minicomp.lowering.ops.views import bounds
 from minicomp.plan.fusion import Plan
 from minicomp.plan.steps import ScatterKernel
 from minicomp.runtime.launch_spec import ScatterLaunch

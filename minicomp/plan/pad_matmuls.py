@@ -15,7 +15,7 @@ pad_mm does, before planning the graph is rewritten:
 A size is padded where it is a leading dimension cuBLAS sees: N always (the
 result's rows), K where it is an operand's contiguous dim, M where `a` is
 column-major (a gradient's transpose: the rows of a, then sliced off). A pad of a computed
-value is one more consumer for the plan (an indexed view, lowering/ops/views.py):
+value is one more consumer for the plan (an indexed view, lowering/ops/indexed.py):
 a kernel computes the padded value from the value's own inputs, so only graph
 inputs (weights) are copied as such. An operand that is a permute of a value is
 padded through it (the value padded, then permuted), so two uses of one value (a

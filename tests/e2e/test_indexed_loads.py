@@ -1,4 +1,4 @@
-"""Loads at positions read from tensor data, fused with what reads them (lowering/ops/views.py:
+"""Loads at positions read from tensor data, fused with what reads them (lowering/ops/indexed.py:
 `embedding`, `index_select`, `aten.index.Tensor` as `x[:, i, j]` writes it), against eager:
 layouts and dtypes of the source and the indices, negative and out-of-range positions, training,
 the backend, and kernel counts (an ATen kernel each before)."""

@@ -4,7 +4,7 @@ A norm's backward is a row reduction (dx needs a sum over each row) and a column
 reduction (dW sums over every row): the column one is split into the row groups
 of the row kernel (split_reductions.py), so dx and the partial dW rows come out of
 one kernel and a second one adds the partials. Cross-entropy's backward scatters
-the one-hot of the targets (ops/views.py `scatter`): one kernel writes the
+the one-hot of the targets (ops/indexed.py `scatter`): one kernel writes the
 gradient of the logits. 16-bit gradients are judged against eager on float32
 copies (test_autograd.grads_match).
 """

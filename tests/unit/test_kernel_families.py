@@ -140,7 +140,7 @@ def test_records_of_an_unspecialized_argument_key_its_type_alone():
 
 @pytest.mark.parametrize("negative", [False, True])
 def test_a_bounds_check_joins_the_family(negative, device):
-    """An index read from data is checked against its dim's size (lowering/ops/views.py
+    """An index read from data is checked against its dim's size (lowering/ops/indexed.py
     `bounds`): that size is a marked size too, and the message names none, so a new length
     reuses the family's text (transformers' causal mask read `cumsum[..., i]` and was new text
     at every length); an index out of bounds still raises."""

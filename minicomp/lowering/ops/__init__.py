@@ -29,7 +29,7 @@ from enum import Enum
 import torch
 
 from minicomp.ir import Graph, Node, TensorMeta, dtypes
-from minicomp.lowering.ops import pointwise, reductions, scans, scatters, views  # noqa: F401  (registers the rules)
+from minicomp.lowering.ops import indexed, pointwise, reductions, scans, scatters, views  # noqa: F401  (registers the rules)
 from minicomp.lowering.ops.core import INDEXED, POINTWISE, SPECIAL_SUPPORT, VIEWS, Op, Value, bind, bitcast, cast
 from minicomp.lowering.ops.reductions import REDUCERS, Reduction
 
