@@ -291,19 +291,24 @@ class Region:
             else:
                 _add_product(result[1], x, y)
         if self.bias and 2 in result:
-            result[2].add_(d_logits.sum(0, dtype=result[2].dtype))
+            if start == 0:  # the first chunk writes it: no zeros to read
+                torch.sum(d_logits, 0, keepdim=result[2].ndim == 2, dtype=result[2].dtype, out=result[2])
+            else:
+                result[2].add_(d_logits.sum(0, keepdim=result[2].ndim == 2, dtype=result[2].dtype))
 
     def _gradient_buffer(self, i: int, value: torch.Tensor, width: int) -> torch.Tensor:
         """Zeros for input i's gradient: a row side's contiguous (its rows are written flat), the
         rest laid out like the input (a transposed weight's gradient comes back in the weight's
         layout: AccumulateGrad would copy one laid out otherwise). `width`: the product's V.
-        b's gradient summed in its own dtype is left unset: the first chunk's product writes it
-        (`_matmul_grads`; a 1 GiB fill and a read of it less for a Llama-3 vocabulary)."""
+        Left unset where the chunks write it whole before reading it (`_matmul_grads`): a's (each
+        chunk its rows), b's and the bias's summed in their own dtype (the first chunk writes them:
+        for b a 1 GiB fill and a read of it less with a Llama-3 vocabulary)."""
         first_side = 3 if self.bias else 2
         dtype = self._accumulated(i, value, width)
         if i >= first_side and self.sides[i - first_side][0] == ROWS:
             return torch.zeros(value.shape, dtype=dtype, device=value.device)
-        unset = i == 1 and dtype == value.dtype and self.n_rows > 0  # (no chunk: no product writes it)
+        written = i == 0 or (i in (1, 2) and dtype == value.dtype) or (i == 2 and self.bias)
+        unset = written and self.n_rows > 0  # (no chunk: nothing writes it)
         padded = padded_width(value.shape[1], value.dtype, value.device) if i == 1 else None
         if padded is not None and value.stride(0) == 1:  # b = W.T: W's gradient with W's zero rows (`padded`)
             fill = _unset if unset else torch.zeros
@@ -318,7 +323,8 @@ class Region:
         copy of it would outweigh the chunks the budget allows."""
         first_side = 3 if self.bias else 2
         sums = i in (1, 2) if i < first_side else self.sides[i - first_side][0] == WHOLE
-        if sums and value.dtype in (torch.float16, torch.bfloat16) and value.numel() <= width:
+        one_chunk = self.rows >= self.n_rows and not self.undonated  # (rounded once by its sum alone)
+        if sums and not one_chunk and value.dtype in (torch.float16, torch.bfloat16) and value.numel() <= width:
             return torch.float32
         return value.dtype
 

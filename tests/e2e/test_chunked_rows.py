@@ -295,6 +295,67 @@ def test_linear_with_bias_over_a_batch():
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
 
 
+class Fills(TorchDispatchMode):
+    """The ops that fill memory with a constant while it is on, outside the chunks' joints."""
+
+    FILLS = {"zeros", "zeros_like", "zero_", "fill_", "new_zeros", "full", "full_like"}
+
+    def __init__(self):
+        super().__init__()
+        self.found, self.paused = [], False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.paused and func.__name__.split(".")[0] in self.FILLS:
+            self.found.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("rows", [36, 8])  # one chunk, five
+def test_gradient_buffers_the_chunks_write_whole_are_not_filled(monkeypatch, rows):
+    """a's gradient (each chunk writes its rows), b's and the bias's (the first chunk writes them)
+    start unset: the chunk loop fills no memory but a row side's gradient (none here)."""
+    bias = torch.randn(V, requires_grad=True)
+    h, W, y = _inputs()
+    h, y = h.detach()[:36].requires_grad_(), y[:36]
+
+    def fn(h, W, bias, y):
+        return F.cross_entropy(F.linear(h, W, bias), y)
+
+    fills, joint = Fills(), chunked_rows.Region.joint
+
+    def paused(self, *args):
+        run = joint(self, *args)
+
+        def call(*values):
+            fills.paused = True
+            try:
+                return run(*values)
+            finally:
+                fills.paused = False
+
+        call.compiled, call.taken = getattr(run, "compiled", None), getattr(run, "taken", False)
+        return call
+
+    monkeypatch.setattr(chunked_rows.Region, "joint", paused)
+    monkeypatch.setattr(chunk_size, "rows_a_chunk", lambda nodes, n, budget: rows)
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        compiled = torch.compile(fn, backend=dynamo.backend)
+        compiled(h, W, bias, y)
+        forward = chunked_rows.Region.forward_with_gradients
+
+        def watched(self, *args):
+            with fills:
+                return forward(self, *args)
+
+        monkeypatch.setattr(chunked_rows.Region, "forward_with_gradients", watched)
+        got = torch.autograd.grad(compiled(h, W, bias, y), [h, W, bias])
+    assert fills.found == []
+    want = torch.autograd.grad(fn(h, W, bias, y), [h, W, bias])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
 def test_logits_returned_too_are_left_whole():
     def fn(h, W, y):
         logits = h @ W.T
