@@ -133,21 +133,38 @@ def _early_setup_context(ctx, inputs, output):
 
 
 def _early_backward(ctx, grads):
-    """The saved gradients times the loss's gradient G: the results' incoming gradients are
-    G * weights (the tail is linear), so G = <grads, weights> / <weights, weights> (0 where the
-    weights are all zero: every gradient is zero then)."""
+    """The saved gradients times the loss's gradient G (`_loss_gradient`): the results' incoming
+    gradients are G * weights (the tail is linear)."""
     region = _region(ctx.key)
     saved = ctx.saved_tensors
     gradients, weights = saved[: ctx.d], saved[ctx.d :]
     pairs = [(g.float(), w.float()) for g, w in zip(grads[: len(weights)], weights) if g is not None]
     result: list = [None] * ctx.n_inputs
     if pairs:
-        along = sum((g * w).sum() for g, w in pairs)
-        norm = sum((w * w).sum() for _, w in pairs).clamp_min(torch.finfo(torch.float32).tiny)
-        scale = along / norm
+        scale = _loss_gradient(pairs)
         for i, gradient in zip(region.diff, gradients):
             result[i] = (gradient.float() * scale).to(gradient.dtype)  # (one kernel in a compiled backward)
     return result, [None] * ctx.n_tail, None
+
+
+def _loss_gradient(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """The loss's gradient G from (incoming gradients, weights) pairs, each gradient G * its weight:
+    <grads, weights> / <weights, weights> over the weights that are finite and not zero. Where no
+    weight is (every row ignored: a mean's weights 1/0, or 0/0 for a mask over its sum), the saved
+    gradients, backpropagated from weights of 0, +-inf or NaN, hold 0 (a row a where selected
+    away), +-inf or NaN only, and any G > 0 scales them alike: G is the sign an infinite weight's
+    gradient gives, else 0 (NaN gradients: G was 0), which keeps each 0 and makes the rest NaN, as
+    eager's backward of those gradients does."""
+    along = norm = signs = 0
+    for g, w in pairs:
+        kept = w.isfinite() & (w != 0)
+        finite = torch.where(kept, w, 0)
+        along = along + torch.where(kept, g * finite, 0).sum()
+        norm = norm + (finite * finite).sum()
+        infinite = (w.abs() == torch.inf) & (g.abs() == torch.inf)  # (not isinf: minicomp lowers no isinf)
+        signs = signs + torch.where(infinite, g.sign() * w.sign(), 0).sum()
+    least_squares = along / norm.clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.where(norm > 0, least_squares, signs.clamp(-1, 1))
 
 
 chunked_rows_early.register_autograd(_early_backward, setup_context=_early_setup_context)

@@ -53,14 +53,15 @@ def _inputs(dtype=torch.float32, batch=None):
     return h, W, y
 
 
-def _check(fn, inputs, atol=1e-5, rtol=1e-4, rows=N, how="dynamo"):
-    """fn through the backend (or minicomp.jit, how="jit") against eager, with an incoming gradient
-    of 3; the graphs minicomp compiles and the chunks' ops never hold a value of N * V elements. A
-    scalar loss (a linear tail: linear_tail.py) has its gradients made in the forward, by one
-    `chunked_rows_early` call; any other result by a `chunked_rows` call and its backward."""
+def _check(fn, inputs, atol=1e-5, rtol=1e-4, rows=N, how="dynamo", grad=3.0):
+    """fn through the backend (or minicomp.jit, how="jit") against eager (NaN where eager's is), with
+    an incoming gradient of `grad`; the graphs minicomp compiles and the chunks' ops never hold a
+    value of N * V elements. A scalar loss (a linear tail: linear_tail.py) has its gradients made
+    in the forward, by one `chunked_rows_early` call; any other result by a `chunked_rows` call
+    and its backward."""
     h, W = inputs[:2]
     ref = fn(*inputs)
-    ref_grads = torch.autograd.grad(ref, [h, W], torch.full_like(ref, 3.0))
+    ref_grads = torch.autograd.grad(ref, [h, W], torch.full_like(ref, grad))
     graphs, seen = [], Largest()
     compile_graph = pipeline.compile_graph
 
@@ -81,14 +82,14 @@ def _check(fn, inputs, atol=1e-5, rtol=1e-4, rows=N, how="dynamo"):
         patch.setattr(pipeline, "compile_graph", recording)  # (jit's training path imports it when it compiles)
         compiled = torch.compile(fn, backend=dynamo.backend) if how == "dynamo" else minicomp.jit(fn, fallback="raise")
         out = compiled(*inputs)  # compiles the graphs and each chunk's region (minicomp.jit)
-        torch.autograd.grad(out, [h, W], torch.full_like(out, 3.0))
+        torch.autograd.grad(out, [h, W], torch.full_like(out, grad))
         for method in ("forward", "backward", "forward_with_gradients"):
             patch.setattr(chunked_rows.Region, method, watched(getattr(chunked_rows.Region, method)))
         out = compiled(*inputs)
-        grads = torch.autograd.grad(out, [h, W], torch.full_like(out, 3.0))
-    torch.testing.assert_close(out, ref, atol=atol, rtol=rtol)
+        grads = torch.autograd.grad(out, [h, W], torch.full_like(out, grad))
+    torch.testing.assert_close(out, ref, atol=atol, rtol=rtol, equal_nan=True)
     for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol, equal_nan=True)
     assert len(graphs) >= 2  # forward and backward (and the chunks' regions where minicomp.jit compiles them)
     calls = sorted(str(n.target) for gm in graphs for n in gm.graph.nodes if "chunked_rows" in str(n.target))
     if out.numel() == 1:
@@ -378,6 +379,69 @@ def _rewritten(fn, *inputs) -> bool:
     with config.override(chunk_budget_bytes=BUDGET):
         out = row_regions.rewrite(gm, [isinstance(x, torch.Tensor) and x.requires_grad for x in inputs])
     return out is not None
+
+
+def _masked_mean(h, W, y, mask):
+    losses = F.cross_entropy(h @ W.T, y, reduction="none")
+    return (losses * mask).sum() / mask.sum()
+
+
+def _with_logsumexp(h, W, y):
+    logits = h @ W.T
+    return F.cross_entropy(logits, y) + torch.logsumexp(logits, -1).mean()
+
+
+def _zero_class_weights(h, W, y):
+    return F.cross_entropy(h @ W.T, y, weight=torch.zeros(V))
+
+
+def _ignored(inputs, rows=slice(None)):
+    h, W, y = inputs
+    y = y.clone()
+    y[rows] = -100
+    return h, W, y
+
+
+@pytest.mark.parametrize("grad", [3.0, -2.0, 0.0])
+@pytest.mark.parametrize("fn", [ce_ignore, ce_smoothing, ce_sum, _with_logsumexp, _masked_mean])
+def test_every_row_ignored(fn, grad):
+    """Eager's loss is NaN (0 / 0 rows) but its gradients 0: the ignored rows are selected away. The
+    tail's weights are 1/0 (0/0 for the mask's mean): the loss's gradient G is no <g, u> / <u, u>
+    (inf / inf). A loss that also reads the rows otherwise (a logsumexp's mean) keeps their
+    gradient; a sum's weights are 1 (G as ever). Any sign of G, and 0."""
+    inputs = _ignored(_inputs())
+    inputs = (*inputs, torch.zeros(N)) if fn is _masked_mean else inputs
+    _check(fn, inputs, grad=grad)
+
+
+@pytest.mark.parametrize("how", ["dynamo", "jit"])
+def test_all_rows_or_all_but_one_ignored(how):
+    _check(ce_ignore, _ignored(_inputs()), how=how)
+    _check(ce_ignore, _ignored(_inputs(), slice(1, None)), how=how)
+    _check(_masked_mean, (*_inputs(), (torch.arange(N) % 4 == 0).float()), how=how)
+
+
+def _nan_row(inputs, row=5):
+    h, W, y = inputs
+    h = h.detach().clone()
+    h[row, 2] = float("nan")
+    return h.requires_grad_(), W, y
+
+
+@pytest.mark.parametrize(
+    "fn, inputs",
+    [
+        (_zero_class_weights, _inputs()),  # weights 1/0 times class weights 0: NaN, the ignored rows' 0
+        (_masked_mean, (*_inputs(), torch.zeros(N))),  # a mask's 0/0, rows not ignored: NaN
+        (ce_ignore, _nan_row(_inputs())),  # a NaN in h: its row and all of W's gradient
+        (ce_ignore, _nan_row(_ignored(_inputs()))),  # the same, every row ignored
+    ],
+)
+def test_gradients_eager_makes_nan_stay_nan(fn, inputs):
+    h, W = inputs[:2]
+    ref = torch.autograd.grad(fn(*inputs), [h, W])
+    assert all(g.isnan().any() for g in ref)
+    _check(fn, inputs, rows=N + (fn is _zero_class_weights))  # (the class weights' gather reads an [N, V] expand)
 
 
 def test_what_is_not_chunked():
