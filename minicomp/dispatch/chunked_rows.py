@@ -307,7 +307,7 @@ class Region:
         dtype = self._accumulated(i, value, width)
         if i >= first_side and self.sides[i - first_side][0] == ROWS:
             return torch.zeros(value.shape, dtype=dtype, device=value.device)
-        written = i == 0 or (i in (1, 2) and dtype == value.dtype) or (i == 2 and self.bias)
+        written = i == 0 or (i == 1 and dtype == value.dtype) or (i == 2 and self.bias)  # (2: a side if no bias)
         unset = written and self.n_rows > 0  # (no chunk: nothing writes it)
         padded = padded_width(value.shape[1], value.dtype, value.device) if i == 1 else None
         if padded is not None and value.stride(0) == 1:  # b = W.T: W's gradient with W's zero rows (`padded`)

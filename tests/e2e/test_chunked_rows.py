@@ -357,6 +357,33 @@ def test_gradient_buffers_the_chunks_write_whole_are_not_filled(monkeypatch, row
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
 
 
+def _class_offset(h, W, c, y):
+    return F.cross_entropy(h @ W.T + c, y)  # c [V]: a side every chunk reads whole, with a gradient
+
+
+def _linear_bias(h, W, c, y):
+    return F.cross_entropy(F.linear(h, W, c), y)
+
+
+@pytest.mark.parametrize("fn", [_class_offset, _linear_bias])
+@pytest.mark.parametrize("rows", [N, 8])
+def test_unset_gradient_buffers_are_written_before_they_are_read(monkeypatch, fn, rows):
+    """The buffers the chunk loop leaves unset hold NaN here: every one is written whole before it is
+    read (a side's gradient, summed over the chunks, starts at zeros: index 2 is a side without a bias)."""
+    monkeypatch.setattr(chunked_rows, "_unset", lambda *shape, **kw: torch.full(shape, float("nan"), **kw))
+    monkeypatch.setattr(chunked_rows, "_unset_like", lambda v, **kw: torch.full_like(v, float("nan"), **kw))
+    monkeypatch.setattr(chunk_size, "rows_a_chunk", lambda nodes, n, budget: rows)
+    h, W, y = _inputs()
+    c = torch.randn(V, requires_grad=True)
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        compiled = torch.compile(fn, backend=dynamo.backend)
+        got = [torch.autograd.grad(compiled(h, W, c, y), [h, W, c]) for _ in range(2)][-1]
+    want = torch.autograd.grad(fn(h, W, c, y), [h, W, c])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
 def test_logits_returned_too_are_left_whole():
     def fn(h, W, y):
         logits = h @ W.T
