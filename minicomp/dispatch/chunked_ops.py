@@ -156,14 +156,17 @@ def _loss_gradient(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tens
     gradient gives, else 0 (NaN gradients: G was 0), which keeps each 0 and makes the rest NaN, as
     eager's backward of those gradients does."""
     along = norm = signs = 0
-    for g, w in pairs:
-        kept = w.isfinite() & (w != 0)
-        finite = torch.where(kept, w, 0)
-        along = along + torch.where(kept, g * finite, 0).sum()
-        norm = norm + (finite * finite).sum()
+    kept = [w.isfinite() & (w != 0) for _, w in pairs]
+    finite = [torch.where(k, w, 0) for k, (_, w) in zip(kept, pairs)]
+    # (the weights over their largest: a loss scaled by 1e-22 squares them to no float32 underflow)
+    largest = torch.stack([f.abs().amax() for f in finite]).amax().clamp_min(torch.finfo(torch.float32).tiny)
+    for (g, w), k, f in zip(pairs, kept, finite):
+        f = f / largest
+        along = along + torch.where(k, g * f, 0).sum()
+        norm = norm + (f * f).sum()
         infinite = (w.abs() == torch.inf) & (g.abs() == torch.inf)  # (not isinf: minicomp lowers no isinf)
         signs = signs + torch.where(infinite, g.sign() * w.sign(), 0).sum()
-    least_squares = along / norm.clamp_min(torch.finfo(torch.float32).tiny)
+    least_squares = along / norm.clamp_min(torch.finfo(torch.float32).tiny) / largest
     return torch.where(norm > 0, least_squares, signs.clamp(-1, 1))
 
 

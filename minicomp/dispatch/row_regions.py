@@ -258,7 +258,10 @@ def is_large_matmul(node, budget: int) -> bool:
         bias = _val(node.args[0])
         if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
             return False
-        if not isinstance(bias, torch.Tensor) or (bias.ndim == 2 and bias.shape[0] != 1):
+        out = _val(node)
+        if not isinstance(bias, torch.Tensor) or bias.ndim not in (1, 2) or bias.shape[-1] != out.shape[-1]:
+            return False  # a bias broadcast over the columns (its gradient a sum over them too)
+        if bias.ndim == 2 and bias.shape[0] != 1:
             return False  # a bias with rows of its own
     val = _val(node)
     return isinstance(val, torch.Tensor) and val.ndim == 2 and 2 * val.numel() * val.dtype.itemsize > budget

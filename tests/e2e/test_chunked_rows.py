@@ -384,6 +384,42 @@ def test_unset_gradient_buffers_are_written_before_they_are_read(monkeypatch, fn
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(1,), ()])
+def test_a_bias_broadcast_over_the_columns_is_left_whole(shape):
+    """addmm's bias of one value (its gradient a sum over the columns too) is no row-region bias:
+    the product stays whole and every gradient is eager's."""
+    h, W, y = _inputs()
+    bias = torch.randn(shape, requires_grad=True)
+
+    def fn(h, W, bias, y):
+        return F.cross_entropy(torch.addmm(bias, h, W.T), y)
+
+    assert _chunked_calls(fn, h, W, bias, y) == []
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        got = torch.autograd.grad(torch.compile(fn, backend=dynamo.backend)(h, W, bias, y), [h, W, bias])
+    for g, w in zip(got, torch.autograd.grad(fn(h, W, bias, y), [h, W, bias])):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+def test_a_loss_scaled_far_down_keeps_its_gradients():
+    """Tail weights of 1e-22 / N square below float32's range: the loss's gradient is read off
+    them scaled to their largest, not taken for every row ignored (zero gradients)."""
+    scale = 1e-22
+
+    def fn(h, W, y):
+        return scale * F.cross_entropy(h @ W.T, y)
+
+    h, W, y = _inputs()
+    torch._dynamo.reset()
+    with config.override(chunk_budget_bytes=BUDGET):
+        out = torch.compile(fn, backend=dynamo.backend)(h, W, y)
+        got = torch.autograd.grad(out, [h, W], torch.tensor(1e20))
+    for g, w in zip(got, torch.autograd.grad(fn(h, W, y), [h, W], torch.tensor(1e20))):
+        assert g.abs().max() > 0
+        torch.testing.assert_close(g, w, atol=1e-8, rtol=1e-4)
+
+
 def test_logits_returned_too_are_left_whole():
     def fn(h, W, y):
         logits = h @ W.T
