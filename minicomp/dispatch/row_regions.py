@@ -302,7 +302,7 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
     side_roles = [finder.sides[s] for s in sides]
     tail = linear_tail.find(gm, finder.outputs) if diff else "no gradient is wanted"
     if isinstance(tail, str) and rows >= finder.n:  # one chunk, its product made again for the backward
-        log.info("%s: not chunked: its product fits the budget and %s", mm.name, _gradients_late(tail))
+        log.info("%s: not chunked: its product fits the budget, its gradients not in the forward: %s", mm.name, tail)
         return False
     if isinstance(tail, str):
         log.info("%s: its gradients in the backward: %s", mm.name, tail)
@@ -347,11 +347,6 @@ def _replace(gm: torch.fx.GraphModule, finder: _Finder, rows: int, budget: int) 
         *(mm.name, rows, finder.n, len(finder.outputs), "in the forward" if tail else "in the backward"),
     )
     return True
-
-
-def _gradients_late(why: str) -> str:
-    """Why a region's gradients are not made in the forward, for the log."""
-    return "no gradient is wanted" if why == "no gradient is wanted" else f"its gradients come in the backward ({why})"
 
 
 def _flatten_dims(copied: torch.fx.Node, node: torch.fx.Node, k: int) -> None:
