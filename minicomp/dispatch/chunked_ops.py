@@ -108,12 +108,14 @@ def chunked_rows_early(inputs: list[torch.Tensor], tail_inputs: list[torch.Tenso
 
 def _unaliased(weights: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """`weights`, each one sharing memory with an input or an earlier weight copied (a custom op's
-    outputs may not alias: two results summed into the loss have one gradient, expanded twice)."""
+    outputs may not alias: two results summed into the loss have one gradient, expanded twice),
+    and each laid out as the fake kernel says, densely (the tail's gradient of a mean is one value
+    expanded, stride 0: a compiled backward reads it at stride 1)."""
     taken = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
     found = []
     for w in weights:
-        if w.untyped_storage().data_ptr() in taken:
-            w = w.clone()
+        if not w.is_contiguous() or w.untyped_storage().data_ptr() in taken:
+            w = w.clone(memory_format=torch.contiguous_format)
         taken.add(w.untyped_storage().data_ptr())
         found.append(w)
     return found

@@ -27,14 +27,13 @@ import itertools
 import threading
 
 import torch
-from functorch.compile import make_boxed_func
 
 from minicomp import capture, config, logs
 from minicomp.capture import closed_over, specialize, static_parts
 from minicomp.codegen.families import Families
 from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, saved_activations, tangents_like_outputs
-from minicomp.dispatch.guarded_calls import checked_first_call, eager_when_reentered
+from minicomp.dispatch.guarded_calls import captured, checked_first_call, eager_when_reentered
 from minicomp.dispatch.partition import partition
 from minicomp.pipeline import compile_graph
 from minicomp.runtime import compile_pool
@@ -113,7 +112,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             return _graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fail(err)
-            return make_boxed_func(gm.forward)
+            return captured(gm)
 
     return compile_fn
 

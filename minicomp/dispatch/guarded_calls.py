@@ -4,15 +4,17 @@
 meta kernel said, a kernel Triton cannot compile) runs the graph as Dynamo captured it, by the
 fallback policy, from then on. `eager_when_reentered`: a call made while this thread interprets
 another kernel (Triton's interpreter, CPU) runs the captured graph for that call alone.
+`captured`: the captured graph run so, its outputs laid out as its meta says (a compiled backward
+reads the saved ones so).
 """
 
 from __future__ import annotations
 
 import torch
-from functorch.compile import make_boxed_func
 
 from minicomp import runtime
 from minicomp.dispatch import fallback
+from minicomp.runtime.externs import conform
 
 
 def checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):
@@ -45,7 +47,7 @@ def checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):
                     "which it may have written already: the call is not repeated eagerly."
                 ) from err
             fail(err)
-        eager = make_boxed_func(gm.forward)
+        eager = captured(gm)
         return eager(kept)
 
     run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
@@ -58,13 +60,53 @@ def eager_when_reentered(boxed, compiled, gm: torch.fx.GraphModule):
     raised before anything is written). Only a module of Triton's interpreter (CPU) is wrapped."""
     if not compiled.interpret:
         return boxed
+    eager = captured(gm)
 
     def run(args):
         kept = list(args)  # `boxed` empties the list
         try:
             return boxed(args)
         except runtime.Reentered:
-            return gm.forward(*kept)
+            return eager(kept)
 
     run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
     return run
+
+
+def captured(gm: torch.fx.GraphModule):
+    """A boxed call of `gm` as captured, each tensor output whose real strides differ from its
+    traced meta's (an op, a custom one, whose real output is laid out unlike its fake kernel's)
+    copied into the traced layout: the compiled backward of a forward run so reads its saved
+    values at the traced strides (runtime/externs.py conforms a compiled call's extern outputs
+    alike)."""
+    output = next(reversed(gm.graph.find_nodes(op="output")))
+    results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    layouts = [(i, *_layout(node)) for i, node in enumerate(results) if _layout(node) is not None]
+
+    def run(args):
+        values = gm.forward(*args)
+        args.clear()
+        if not layouts:
+            return values
+        found = list(values) if isinstance(values, (list, tuple)) else [values]
+        for i, shape, stride in layouts:
+            if isinstance(found[i], torch.Tensor) and found[i].stride() != stride:
+                try:
+                    found[i] = conform(found[i], shape, stride, "a captured graph's output")
+                except runtime.ExternMismatch:  # (a layout that cannot hold it: left as it came)
+                    pass
+        return type(values)(found) if isinstance(values, (list, tuple)) else found[0]
+
+    run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
+    return run
+
+
+def _layout(node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(shape, stride) of a node's traced tensor value, where both are plain integers."""
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    if not all(type(n) is int for n in (*shape, *stride)):
+        return None
+    return shape, stride

@@ -420,12 +420,12 @@ def test_a_loss_scaled_far_down_keeps_its_gradients():
         torch.testing.assert_close(g, w, atol=1e-8, rtol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="known: the captured graph run after a failed first call gives zero gradients")
 def test_a_failed_first_call_falls_back_to_eagers_gradients(monkeypatch, own_regions):
     """A compiled forward whose first call fails (a kernel failing at its first launch) runs the
-    graph Dynamo captured instead (guarded_calls.checked_first_call); with `chunked_rows_early`
-    in it, the gradients come out zero (older than session 23; unchunked graphs and the
-    `chunked_rows` path are right). Cause not found."""
+    graph Dynamo captured instead (guarded_calls.checked_first_call). `chunked_rows_early`'s
+    weights came from the tail's gradient as one value expanded (stride 0) where its fake kernel
+    says a dense tensor; the compiled backward read them at stride 1 (zero gradients). The op
+    now returns them dense, and the captured graph's outputs are laid out as traced."""
     calls, forward = [], chunked_rows.Region.forward_with_gradients
 
     def failing_once(self, *args):
