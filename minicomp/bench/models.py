@@ -33,7 +33,8 @@ decode-static rows, eager and minicomp, unless chosen otherwise: a smoke run, it
 
 Columns of a row:
 - ms: median step, CUDA events around each of 30 steps after 10 warm-up steps;
-- first_s: the process's first step, compile included (wall clock to a synchronize);
+- first_s: the process's first step, compile included (wall clock to a synchronize); second_s:
+  the step after it (where minicomp's tuned kernels time their candidates: config "tune_later");
   import_s: from the process's start to torch, the model's library and the compiler (minicomp,
   or Inductor's compile_fx) imported; build_s: the model and its inputs built on the device
   (transformers' lazy import of the model's module included);
@@ -150,15 +151,15 @@ def _last_error(stderr: str) -> str:
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """x_inductor (and x_inductor_ro) on minicomp rows: minicomp / Inductor of ms, first_s, peak_mib,
-    held_mib, host_ms."""
+    """x_inductor (and x_inductor_ro) on minicomp rows: minicomp / Inductor of ms, first_s, second_s,
+    peak_mib, held_mib, host_ms."""
     by_key = {(r["model"], r["step"], r["variant"]): r for r in rows}
     for row in rows:
         if row["variant"].partition(":")[0] not in ("minicomp", "minicomp-graphs"):
             continue
         for base, key in (("inductor", "x_inductor"), ("inductor-ro", "x_inductor_ro")):
             other = by_key.get((row["model"], row["step"], base), {})
-            measures = ("ms", "first_s", "peak_mib", "held_mib", "host_ms")
+            measures = ("ms", "first_s", "second_s", "peak_mib", "held_mib", "host_ms")
             ratios = {m: row[m] / other[m] for m in measures if row.get(m) and other.get(m)}
             if ratios:
                 row[key] = ratios
@@ -167,7 +168,8 @@ def add_ratios(rows: list[dict]) -> None:
 COLUMNS = [
     ("model", "model"), ("step", "step"), ("variant", "variant"), ("ms", "ms"), ("x_inductor", "x Ind"),
     ("gpu_ms", "GPU ms"), ("host_ms", "host ms"),
-    ("first_s", "first s"), ("import_s", "import s"), ("new_len_s", "new len s"), ("kernels", "kernels"),
+    ("first_s", "first s"), ("second_s", "second s"), ("import_s", "import s"), ("new_len_s", "new len s"),
+    ("kernels", "kernels"),
     ("peak_mib", "peak MiB"), ("err", "err"), ("err_fp32", "err fp32"), ("status", "status"),
 ]  # fmt: skip
 
