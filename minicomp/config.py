@@ -119,7 +119,6 @@ DEFAULTS = dict(
     lean_training=True,  # training_call.py: a simple training signature's later calls skip AOTAutograd's runtime
     launch_candidates=((512, 4), (1024, 4), (2048, 4)),  # launch.py: (BLOCK_SIZE, num_warps) timed on large kernels
     tune_min_numel=1 << 24,  # launch.py: kernels below this use the heuristic
-    tune_later=True,  # launch.py: a tuned kernel's first call runs its heuristic's binary; its second times them all
     reuse_bytes=16 << 20,  # codegen/plane_order.py: a broadcast input read again over this many bytes later ...
     plane_group=32,  # ... has its planes walked this many side by side
     persistent_rows=8192,  # reduction_space.py: a reduced row up to this many elements ...

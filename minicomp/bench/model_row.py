@@ -240,7 +240,7 @@ def child(job: dict) -> None:
         first_s, out = timed_s(run, device)
         out = sample(out)
         emit(first_s=first_s, **_dynamo_counts(caught))
-        second_s, _ = timed_s(run, device)  # (where the kernels first called time their candidates)
+        second_s, _ = timed_s(run, device)
         emit(second_s=second_s)
         ms = median_ms(run, device)
         emit(ms=ms, peak_mib=peak_mib(run, device))

@@ -34,7 +34,7 @@ decode-static rows, eager and minicomp, unless chosen otherwise: a smoke run, it
 Columns of a row:
 - ms: median step, CUDA events around each of 30 steps after 10 warm-up steps;
 - first_s: the process's first step, compile included (wall clock to a synchronize); second_s:
-  the step after it (where minicomp's tuned kernels time their candidates: config "tune_later");
+  the step after it (what a first step leaves to the next: a recompile, a late tuning);
   import_s: from the process's start to torch, the model's library and the compiler (minicomp,
   or Inductor's compile_fx) imported; build_s: the model and its inputs built on the device
   (transformers' lazy import of the model's module included);

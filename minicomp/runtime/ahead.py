@@ -17,7 +17,7 @@ import concurrent.futures
 
 import torch
 
-from minicomp import config, logs
+from minicomp import logs
 from minicomp.runtime import compile_pool, compile_processes, tuning
 from minicomp.runtime.records import specializations
 
@@ -30,12 +30,9 @@ class Ahead:
     def __init__(self):
         self.binaries: dict[Config, tuple] = {}  # config -> (compiled kernel, through the JIT)
         self.tasks: list[concurrent.futures.Future] = []
-        self.futures: dict[Config, concurrent.futures.Future] = {}  # each configuration's task
         self.aligned: set[int] = set()  # the pointers the binaries assume 16-byte aligned
         self.specializations: list[str] = []  # and the arguments' specializations they were compiled for
         self.configs: list[Config] = []  # what `start` found the first call may choose
-        self.later = False  # config "tune_later" where `start` ran: the second call times them (tuning.py)
-        self._rest = None  # submits the candidates left for later, once
         self.target = None  # Triton's GPUTarget of the launch's device
         self.workers = None  # the compile processes (compile_processes.py), if any
 
@@ -58,30 +55,13 @@ class Ahead:
         except Exception as err:  # noqa: BLE001 - nothing ahead: the first call compiles, as without it
             logs.cache.info("%s: not compiled ahead (%s: %s)", launch.name, type(err).__name__, err)
             return
-        self.later = bool(config.get("tune_later")) and len(configs) > 1
-        if self.later:  # the one a first call runs while the others compile, first
-            first = tuning.provisional(launch.spec, launch.device, configs)
-            configs = [first, *(c for c in configs if c != first)]
         self.configs, self.specializations = configs, found
         self.aligned = {i for i, v in enumerate(signature) if isinstance(v, torch.dtype)}
         self.target = _target(index)
         self.workers = compile_processes.workers()
-        self._rest = lambda: self._submit(pool, launch, configs[1:], signature)
-        self._submit(pool, launch, configs[:1] if self.later else configs, signature)
-
-    def start_rest(self) -> None:
-        """Start the compiles of the candidates `start` left for later ("tune_later": the first call
-        runs the provisional binary, and the others compile behind every kernel's provisional one)."""
-        rest, self._rest = self._rest, None
-        if rest is not None and self.later:
-            rest()
-
-    def _submit(self, pool, launch, configs: list[Config], signature: list) -> None:
         if self.workers is not None:
             self.workers.expect(len(configs))
-        for c in configs:
-            self.futures[c] = pool.submit(self._compile, launch, c, signature)
-        self.tasks = list(self.futures.values())
+        self.tasks = [pool.submit(self._compile, launch, c, signature) for c in configs]
 
     def _compile(self, launch, config: Config, signature: list) -> None:
         """One task of `start` (in a pool thread): a failure is only logged, and the first call
@@ -104,12 +84,8 @@ class Ahead:
             if self.workers is not None:
                 self.workers.finished()
 
-    def wait(self, config: Config | None = None) -> None:
-        """Wait for the compile of `config` (None: of every configuration, the rest started)."""
-        if config is None:
-            self.start_rest()
-        task = self.futures.get(config) if config is not None else None
-        concurrent.futures.wait([task] if task is not None else self.tasks)
+    def wait(self) -> None:
+        concurrent.futures.wait(self.tasks)
 
     def binary(self, config: Config, aligned: set[int], found: list[str]) -> tuple | None:
         """(compiled, through the JIT) at `config`, if compiled ahead for arguments like these."""

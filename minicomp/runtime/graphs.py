@@ -58,7 +58,6 @@ import threading
 import torch
 
 from minicomp import config, logs
-from minicomp.runtime import tuning
 from minicomp.runtime.graph_capture import CaptureRefused, CudaCapture
 from minicomp.runtime.graph_inputs import (
     at_their_addresses,
@@ -258,8 +257,7 @@ class Graphed:
     def _warmup(self, args: list, key):
         dynamic = self.dynamic
         watched = [(i, args[i], args[i]._version) for i in dynamic if isinstance(args[i], torch.Tensor)]
-        with tuning.tuned_now():  # (the capture records the configurations the warm-up chose)
-            outputs = self.graphs.device.warmup(self.run, args, self._device)
+        outputs = self.graphs.device.warmup(self.run, args, self._device)
         written = {i for i, t, version in watched if t._version != version}
         if written:  # an input it writes into: captured in place, so that the writes reach the caller's tensor
             self.static |= written

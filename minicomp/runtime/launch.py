@@ -9,9 +9,7 @@ and its `call()` runs `launch_0(x, b, relu, 4096)`. The first call on a GPU
 chooses (block, num_warps) (tuning.py) and gets the compiled kernel: compiled
 ahead (ahead.py), from a record an earlier process left (records.py), else
 through Triton's JIT. It then binds the binary to its C launcher (binding.py):
-every later call hands the arguments straight to it. A kernel whose candidates
-compile ahead to be timed runs the heuristic's binary at its first call and
-chooses at its second (config "tune_later"). On the CPU every call runs
+every later call hands the arguments straight to it. On the CPU every call runs
 Triton's interpreter.
 """
 
@@ -74,7 +72,6 @@ class Launch:
         self.times: dict[str, float] = {}  # the first call's tuning and compile (or load) seconds
         self.jit_compiled: bool | None = None  # its binary came through Triton's JIT (else from a record)
         self._first_call_compiled = False  # the first call compiled its binary itself (none ahead)
-        self._provisional = None  # the first call's launcher while its candidates compile (tuning.py)
         self._lock = threading.Lock()
 
     def __call__(self, *args):
@@ -137,11 +134,6 @@ class Launch:
             return
         self.ahead.start(self, signature)
 
-    @property
-    def provisional(self) -> bool:
-        """Whether its calls run a provisional configuration until the next one tunes (tuning.py)."""
-        return self._provisional is not None
-
     # -- the first call -----------------------------------------------------------
     def _jit_launch(self, args):
         """Through Triton's JIT: it specializes on the arguments and caches the binaries."""
@@ -150,81 +142,31 @@ class Launch:
 
     def _first_call(self, args):
         with self._lock, torch.cuda.device(self.device):
-            fast = self._fast or self._provisional_launch(args)
-            if fast is None:
-                fast, ran = self._tuned_launch(args)
-                if ran:
-                    return None
-        fast(*args)
-        return None
-
-    def _provisional_launch(self, args):
-        """Where this kernel's candidates compile ahead and it has none chosen yet (config
-        "tune_later", tuning.py): at its first call, the provisional configuration's launcher, that
-        binary alone waited for; at its second, None (that call times them all), unless a CUDA
-        graph captures it (no timing there: it records the provisional one). None elsewhere."""
-        capturing = torch.cuda.is_current_stream_capturing()
-        if self._provisional is not None:
-            return self._provisional if capturing else None
-        if (
-            self.config is not None
-            or capturing
-            or tuning.tuning_now()
-            or not self.ahead.later
-            or self.records.remembered_config(self.spec.numel) in self.ahead.configs
-        ):
-            return None
-        chosen = self.ahead.configs[0]  # (ahead.py compiles the provisional one first, the rest from now)
-        start = time.perf_counter()
-        self.ahead.wait(chosen)
-        self.ahead.start_rest()
-        aligned = aligned_positions(args)
-        binary = self.ahead.binary(chosen, aligned, specializations(args, self.unspecialized))
-        if binary is None:  # its compile failed, or these arguments differ from what it assumed
-            return None
-        block, warps = chosen
-        settings = self.settings(block, warps)
-        grid = self.grid(block)
-        self.times = {"compile": time.perf_counter() - start, "tune": 0.0}
-        self.jit_compiled = binary[1]
-        logs.cache.info("%s: first call at %s x %s warps, tuned at its second call", self.name, block, warps)
-        jit = lambda args: self.kernel[(grid,)](*args, **settings)  # noqa: E731
-        self._provisional = bind(binary[0], grid, block, self.device.index or 0, aligned, jit)
-        return self._provisional
-
-    def _tuned_launch(self, args) -> tuple:
-        """(the bound launcher, whether this call already ran it): the candidates compiled and
-        timed on these arguments (or the one a record or the heuristic gives), then bound."""
-        start = time.perf_counter()
-        self.ahead.wait()  # this kernel's compiles ahead (prepare)
-        waited = time.perf_counter()
-        if self.config is None:
-            self.config = self.choose(args)
-        tuned = time.perf_counter()
-        aligned = aligned_positions(args)
-        compiled, through_jit, ran = self._binary(args, aligned)
-        earlier = self.times if self._provisional is not None else {"compile": 0.0, "tune": 0.0}
-        self.times = {
-            "tune": earlier["tune"] + tuned - waited,
-            "compile": earlier["compile"] + (waited - start) + (time.perf_counter() - tuned),
-        }
-        if self._provisional is None:
+            start = time.perf_counter()
+            self.ahead.wait()  # this kernel's compiles ahead (prepare)
+            waited = time.perf_counter()
+            if self.config is None:
+                self.config = self.choose(args)
+            tuned = time.perf_counter()
+            aligned = aligned_positions(args)
+            compiled, through_jit, ran = self._binary(args, aligned)
+            self.times = {"tune": tuned - waited, "compile": (waited - start) + (time.perf_counter() - tuned)}
             self.jit_compiled = through_jit
-        logs.cache.info(
-            "%s: %s at %s x %s warps: %d Triton compiles, waited %.3f s for them, tuned %.3f s",
-            self.name,
-            "second call" if self._provisional is not None else "first call",
-            *self.config,
-            self.compiles,
-            self.times["compile"],
-            self.times["tune"],
-        )
-        block = self.config[0]
-        fast = bind(compiled, self.grid(block), block, self.device.index or 0, aligned, self._jit_launch)
-        if self._fast is None:
-            self._fast = fast
-        self._provisional = None
-        return fast, ran
+            logs.cache.info(
+                "%s: first call at %s x %s warps: %d Triton compiles, waited %.3f s for them, tuned %.3f s",
+                self.name,
+                *self.config,
+                self.compiles,
+                self.times["compile"],
+                self.times["tune"],
+            )
+            block = self.config[0]
+            fast = bind(compiled, self.grid(block), block, self.device.index or 0, aligned, self._jit_launch)
+            if self._fast is None:
+                self._fast = fast
+        if not ran:
+            fast(*args)
+        return None
 
     def _binary(self, args, aligned: set[int]) -> tuple:
         """(compiled, through the JIT, whether this call already ran it) at `self.config`: compiled

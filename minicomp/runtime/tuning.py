@@ -3,23 +3,13 @@
 A small kernel takes its spec's heuristic. A large one (`LaunchSpec.tuned`) takes
 the choice a tuning record remembers (records.py: measured at a size of its class,
 size_classes.py) where that is one of its own candidates, else times each of its
-spec's candidates on a call's arguments and remembers the fastest.
-
-Which call times them (config "tune_later"): where the candidates compile ahead
-(ahead.py), the first call waits for one of them, the `provisional` configuration
-(the heuristic's, compiled first), and runs it; the second call waits for the
-rest and times them all. A cold first step then waits for one Triton compile a
-kernel, not one a candidate, and the other candidates compile while it runs. A
-CUDA graph's warm-up (`tuned_now`) and a call without compiles ahead time them
-at once.
+spec's candidates on the first call's arguments and remembers the fastest.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import statistics
-import threading
 from collections.abc import Callable
 
 import torch
@@ -30,30 +20,6 @@ TIMED_RUNS = 15  # runs a tuning candidate is timed over (kernels this large run
 QUEUE_CYCLES = 4_000_000  # GPU clock cycles of sleep the timed launches queue behind (~2 ms)
 
 Config = tuple[int, int]  # (BLOCK_SIZE or XBLOCK, num_warps)
-
-_NOW = threading.local()  # `tuned_now`'s depth, per thread
-
-
-@contextlib.contextmanager
-def tuned_now():
-    """Kernels first called inside time their candidates before they run, as without "tune_later"
-    (a CUDA graph's warm-up: the capture that follows records the configuration it runs)."""
-    _NOW.depth = getattr(_NOW, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _NOW.depth -= 1
-
-
-def tuning_now() -> bool:
-    return getattr(_NOW, "depth", 0) > 0
-
-
-def provisional(spec, device: torch.device, found: list[Config]) -> Config:
-    """Of `found` (several candidates to time), the one a first call runs while the others compile:
-    the spec's heuristic where it is a candidate, else the first."""
-    heuristic = spec.heuristic(device)
-    return heuristic if heuristic in found else found[0]
 
 
 def configs(spec, device: torch.device, records) -> list[Config]:

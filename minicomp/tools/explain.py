@@ -100,9 +100,6 @@ def _matmuls(compiled: Compiled, tag: str) -> list[tuple[str, str]]:
     lines = choices(compiled.plan)
     for call in compiled.kernels:
         launch = compiled.launch(call)
-        if call.kind == "matmul" and launch.device.type == "cuda" and launch.config is None and launch.provisional:
-            lines.append(f"  {call.name}: run at its heuristic's tile; its candidates are timed at its second call")
-            continue
         if call.kind == "matmul" and launch.device.type == "cuda" and launch.config is not None:
             if isinstance(launch.spec, RowProductsLaunch):  # one-row templates sharing a launch, untuned
                 tiles = [piece.tiles[0][:3] for piece in launch.spec.pieces]

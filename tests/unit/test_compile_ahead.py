@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from minicomp import config
-from minicomp.runtime import launch, launch_configs, records, tuning
+from minicomp.runtime import launch, launch_configs, records
 from minicomp.runtime.launch_spec import PointwiseLaunch, ReductionLaunch
 
 
@@ -105,7 +105,7 @@ def test_a_tuned_kernel_compiles_every_candidate_side_by_side(gpu_less):
     candidates = ((512, 4), (1024, 8))
     kernel = StandInKernel(rendezvous=len(candidates))  # serial tasks would never meet: the barrier times out
     la = launch.Launch(kernel, PointwiseLaunch(numel=1 << 12), device="cuda:0")
-    with config.override(tune_min_numel=1, launch_candidates=candidates, tune_later=False):
+    with config.override(tune_min_numel=1, launch_candidates=candidates):
         la.prepare([torch.bfloat16, torch.bfloat16, 1 << 12])
     finished(la)
     assert sorted(la.ahead.binaries) == sorted(candidates) and la.compiles == 2
@@ -136,7 +136,7 @@ def test_a_failed_compile_ahead_is_left_to_the_first_call(gpu_less, caplog):
     candidates = ((512, 4), (1024, 8))
     la = launch.Launch(StandInKernel(rendezvous=2, fail=((1024, 8),)), PointwiseLaunch(numel=1 << 12), device="cuda:0")
     with (
-        config.override(tune_min_numel=1, launch_candidates=candidates, tune_later=False),
+        config.override(tune_min_numel=1, launch_candidates=candidates),
         caplog.at_level("INFO", "minicomp.cache"),
     ):
         la.prepare([torch.float32, 1 << 12])
@@ -249,68 +249,3 @@ def test_a_remembered_choice_that_is_no_candidate_of_this_size_is_timed_again(gp
         again = launch.Launch(StandInKernel(), PointwiseLaunch(numel=4000), device="cuda:0")
         assert again.configs() == [(256, 4), (512, 4)]
         assert again.choose([]) == (512, 4) and timed[-2:] == [(256, 4), (512, 4)]
-
-
-def _tuned_later(monkeypatch, **settings):
-    """A tuned kernel (two candidates, the heuristic's second) compiled ahead under `settings`, its
-    launches and timings recorded: (launch, bound launches as (block, args), timed configurations,
-    args)."""
-    spec = PointwiseLaunch(numel=1 << 12)
-    heuristic = spec.heuristic(torch.device("cuda"))
-    candidates = ((heuristic[0] // 2, heuristic[1]), heuristic)
-    bound, timed = [], []
-    monkeypatch.setattr(launch, "bind", lambda compiled, grid, block, *rest: lambda *a: bound.append((block, a)))
-    monkeypatch.setattr(launch.Launch, "_time", lambda self, c, args: timed.append(c) or c[0])  # the smaller wins
-    monkeypatch.setattr(launch.torch.cuda, "is_current_stream_capturing", lambda: False)
-    la = launch.Launch(StandInKernel(), spec, device="cuda:0")
-    with config.override(tune_min_numel=1, launch_candidates=candidates, **settings):
-        la.prepare([torch.float32, 1 << 12])
-    return la, bound, timed, [torch.empty(1 << 12), 1 << 12]
-
-
-@pytest.fixture
-def tuned_later(gpu_less, monkeypatch):
-    return _tuned_later(monkeypatch)
-
-
-def test_a_tuned_kernels_first_call_runs_the_heuristics_binary_and_its_second_tunes(tuned_later, monkeypatch):
-    """Config "tune_later": the heuristic's configuration compiles first and the first call waits for
-    it alone; the second call times every candidate and binds the fastest; later calls launch it."""
-    la, bound, timed, args = tuned_later
-    heuristic = la.spec.heuristic(torch.device("cuda"))
-    assert la.ahead.configs[0] == heuristic and list(la.ahead.futures) == [heuristic]  # compiled alone ...
-    waited, wait = [], la.ahead.wait
-    monkeypatch.setattr(la.ahead, "wait", lambda config=None: waited.append(config) or wait(config))
-    la(*args)
-    assert bound == [(heuristic[0], tuple(args))] and timed == [] and waited == [heuristic]
-    assert list(la.ahead.futures) == la.ahead.configs  # ... the rest from its first call
-    la(*args)
-    assert timed == la.ahead.configs and waited[-1] is None  # every candidate, waited for and timed
-    assert bound[-1] == (heuristic[0] // 2, tuple(args)) and la.config == (heuristic[0] // 2, heuristic[1])
-    la(*args)
-    assert len(bound) == 3 and len(timed) == 2  # the tuned launcher, nothing timed again
-
-
-@pytest.mark.parametrize("how", ["tuned_now", "off"])
-def test_a_first_call_tunes_at_once_in_a_graphs_warm_up_or_with_tune_later_off(gpu_less, monkeypatch, how):
-    """In a CUDA graph's warm-up (tuning.tuned_now), or with "tune_later" off where the module
-    compiled (torch.compile's options are in force there, not at the call), the first call tunes."""
-    la, bound, timed, args = _tuned_later(monkeypatch, **({"tune_later": False} if how == "off" else {}))
-    finished(la)
-    with tuning.tuned_now() if how == "tuned_now" else contextlib.nullcontext():
-        la(*args)
-    assert timed == la.ahead.configs and bound == [(la.config[0], tuple(args))]
-
-
-def test_a_capture_of_the_second_call_records_the_provisional_binary(tuned_later, monkeypatch):
-    """No timing inside a CUDA graph's capture: it launches the provisional binary, and the next
-    call outside a capture tunes."""
-    la, bound, timed, args = tuned_later
-    la(*args)
-    finished(la)
-    monkeypatch.setattr(launch.torch.cuda, "is_current_stream_capturing", lambda: True)
-    la(*args)
-    assert timed == [] and bound[-1][0] == la.ahead.configs[0][0]
-    monkeypatch.setattr(launch.torch.cuda, "is_current_stream_capturing", lambda: False)
-    la(*args)
-    assert timed == la.ahead.configs
