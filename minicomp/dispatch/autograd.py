@@ -119,6 +119,8 @@ class TrainingEntry:
         self.simple: tuple[bool, ...] | None = None  # the first call's outputs' requires_grad, if simple
         self.lean: LeanCall | None = None  # once the backward is compiled (training_call.py)
         self.watched: list[torch.Tensor] = []  # tensors it closes over, checked per call (guards.grad_watched)
+        self.constants: list[torch.Tensor] = []  # all it closes over: an input it writes into shares none
+        self.first: list | None = None  # the first call's leaves while AOTAutograd traces on them
         flat_fn = self._flat(fn, leaves, in_spec)
         self.policy = config.fallback(policy)  # a backward that does not compile runs as traced, by policy
         compile_forward, compile_backward = self._compilers(name, input_names, families)
@@ -163,6 +165,10 @@ class TrainingEntry:
             closed_over = list(seen.tensors.values())
             guards.refuse_grad_constants(closed_over, True)  # a training signature: grad mode is on
             self.watched = guards.grad_watched(closed_over)
+            self.constants = closed_over
+            written = [slot for slot, t in zip(self.tensor_slots, tensors) if _data_mutated(t)]
+            if self.first is not None and guards.shares_memory(self.first, written, [], closed_over):
+                raise _WritesIntoAConstant  # (the compiled graph would read it before the write)
             self.outputs, computed = _graph_outputs(result)
             return computed
 
@@ -221,6 +227,7 @@ class TrainingEntry:
                 return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
             eager = _eager_outputs(fn, leaves, in_spec, self.tensor_slots)
+            self.first = leaves
             with tangents_like_outputs(), _constants_allowed():  # AOTAutograd traces on this first call
                 try:
                     outputs = NestedCall.apply(self, eager, *tensors)
@@ -228,11 +235,15 @@ class TrainingEntry:
                     chunked = chunk_tracing.training_function(self._aot, self._rechunk, tensors)
                     self.function, self.rows_chunked = chunked
                     outputs = NestedCall.apply(self, eager, *tensors)
+                except _WritesIntoAConstant:  # nothing compiled: the next call traces again
+                    return capture.call_eagerly(fn, leaves, in_spec)
+                finally:
+                    self.first = None
             after = guards.versions(leaves, self.tensor_slots)
             self.mutated = [slot for slot, a, b in zip(self.tensor_slots, before, after) if a != b]
             if simple_first_call(tensors, outputs, self.mutated):
                 self.simple = tuple(o.requires_grad for o in outputs)
-        elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
+        elif self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots, self.constants):
             return capture.call_eagerly(fn, leaves, in_spec)
         elif self.simple is not None and self.backward is not None and config.get("lean_training"):
             eager = None if _draws_random(self.forward.fx) else _eager_outputs(fn, leaves, in_spec, self.tensor_slots)
@@ -351,6 +362,11 @@ def _data_mutated(t) -> bool:
     from torch._subclasses.functional_tensor import FunctionalTensor
 
     return isinstance(t, FunctionalTensor) and torch._functionalize_has_data_mutation(t.elem)
+
+
+class _WritesIntoAConstant(Exception):  # noqa: N818 - a refusal of this call, not an error
+    """The first call writes into an input that shares memory with a tensor the function closes
+    over (`f(W)` where f reads the global `W`): the call runs eagerly."""
 
 
 def _any_shared(tensors) -> bool:

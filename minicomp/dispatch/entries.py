@@ -35,6 +35,7 @@ class Entry:
         mutated: list[int],
         compiled: Compiled | None = None,
         watched: list[torch.Tensor] | None = None,
+        constants: list[torch.Tensor] | None = None,
     ):
         self.call = call
         self.tensor_slots = list(tensor_slots)
@@ -45,13 +46,15 @@ class Entry:
         self.compiled = compiled
         self.ran = False  # its first call returned (function.py): a later ExternMismatch runs a call eagerly
         self.watched = watched or []  # tensor constants whose requires_grad each call checks (guards.grad_watched)
+        self.constants = constants or []  # tensors it closes over, which an input it writes into must not share
         self.graphed = None  # runtime/graphs.py's Graphed its calls replay through, when graphed
         self.hot = None  # hot_path.HotPath: this signature found without its key
 
     def __call__(self, fn, leaves, in_spec):
-        if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots):
+        if self.mutated and guards.shares_memory(leaves, self.mutated, self.tensor_slots, self.constants):
             logs.recompiles.info(
-                "an input the compiled code writes into shares memory with another argument: this call runs eagerly"
+                "an input the compiled code writes into shares memory with another argument or a tensor the "
+                "function closes over: this call runs eagerly"
             )
             return EagerEntry()(fn, leaves, in_spec)
         if self.watched and guards.constants_need_grad(self.watched):

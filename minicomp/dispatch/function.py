@@ -256,7 +256,10 @@ class JitFunction:
                 traced.outputs,
             )
         watched = guards.grad_watched(traced.closed_over)
-        return Entry(compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled, watched)
+        constants = traced.closed_over if mutated else []
+        return Entry(
+            compiled.call, traced.tensor_slots, len(leaves), traced.outputs, mutated, compiled, watched, constants
+        )
 
     def _graphed(self, entry) -> None:
         """`entry`'s calls replaying CUDA graphs (runtime/graphs.py): the inputs it writes into

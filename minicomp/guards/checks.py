@@ -1,8 +1,9 @@
 """Checks outside the signature key: per call, only by the entries that need them, and while tracing.
 
 Per call: an entry that writes into an input runs eagerly when that input shares memory with
-another argument (`shares_memory`); one whose trace holds float tensors the function closes
-over runs eagerly once one of them requires grad (`grad_watched`, `constants_need_grad`).
+another argument or a tensor the function closes over (`shares_memory`); one whose trace holds
+float tensors the function closes over runs eagerly once one of them requires grad
+(`grad_watched`, `constants_need_grad`).
 While tracing, what a compiled graph cannot keep is refused with an exception of its own
 (the signature then runs eagerly): a closed-over tensor that requires grad, an autograd hook,
 a number read from tensor values, a change to Python state, an argument minicomp cannot watch.
@@ -15,14 +16,18 @@ import torch
 # -- checked per call, only by entries that need it ------------------------------------
 
 
-def shares_memory(leaves, slots, tensor_slots) -> bool:
-    """Does a tensor at `slots` (inputs the entry writes into) share storage with another argument?
-    The compiled code reads each input as it was before the call: eager would see the write."""
+def shares_memory(leaves, slots, tensor_slots, constants=()) -> bool:
+    """Does a tensor at `slots` (inputs the entry writes into) share storage with another argument,
+    or with one of `constants` (the tensors the function closes over: `f(W)` where f reads the
+    global `W`)? The compiled code reads each input and constant as it was before the call: eager
+    would see the write."""
     for i in slots:
         storage = leaves[i].untyped_storage().data_ptr()
         for j in tensor_slots:
             if j != i and leaves[j].untyped_storage().data_ptr() == storage:
                 return True
+        if any(c.untyped_storage().data_ptr() == storage for c in constants):
+            return True
     return False
 
 

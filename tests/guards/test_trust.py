@@ -170,6 +170,31 @@ def test_aliased_inputs_on_the_first_training_call(device):
     torch.testing.assert_close(fn(torch.zeros(4, device=device), x, w), x * w)  # later calls compile
 
 
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("first", [True, False])
+def test_an_input_written_into_that_is_a_closed_over_tensor_sees_the_write(device, grad, first):
+    """`f(W)` where f writes into its argument and reads the global `W`: the compiled code read the
+    constant before the write, eager after it (a first call, and one after a call without the alias)."""
+    table = torch.arange(6.0, device=device)
+
+    def f(x, w):
+        x.add_(1)
+        return (x + table.sum()) * w
+
+    fn = minicomp.jit(f)
+    w = torch.ones(6, device=device, requires_grad=grad)
+    if not first:
+        fn(torch.zeros(6, device=device), w)
+    expected = table + 1
+    out = fn(table, w)  # (the same tensor object: the signature's key holds the global by identity)
+    torch.testing.assert_close(out, (expected + expected.sum()) * w)
+    torch.testing.assert_close(table, expected)
+    out = fn(table[2:4], w[:2])  # a view of it: another signature
+    expected[2:4] += 1
+    torch.testing.assert_close(out, (expected[2:4] + expected.sum()) * w[:2])
+    torch.testing.assert_close(table, expected)
+
+
 # -- 5. the persistent key covers what the function reads (see also test_trust_cache) --
 
 
