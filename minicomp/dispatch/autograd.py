@@ -223,7 +223,7 @@ class TrainingEntry:
         if self.lean is not None:
             outputs = self.lean(tensors)
         elif self.mutated is None:  # the first call compiles, on inputs that share no memory
-            if _any_shared(tensors):
+            if guards.any_shared(tensors):
                 return capture.call_eagerly(fn, leaves, in_spec)
             before = guards.versions(leaves, self.tensor_slots)
             eager = _eager_outputs(fn, leaves, in_spec, self.tensor_slots)
@@ -367,11 +367,6 @@ def _data_mutated(t) -> bool:
 class _WritesIntoAConstant(Exception):  # noqa: N818 - a refusal of this call, not an error
     """The first call writes into an input that shares memory with a tensor the function closes
     over (`f(W)` where f reads the global `W`): the call runs eagerly."""
-
-
-def _any_shared(tensors) -> bool:
-    storages = [t.untyped_storage().data_ptr() for t in tensors]
-    return len(set(storages)) < len(storages)
 
 
 @contextlib.contextmanager

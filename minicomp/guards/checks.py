@@ -20,15 +20,31 @@ def shares_memory(leaves, slots, tensor_slots, constants=()) -> bool:
     """Does a tensor at `slots` (inputs the entry writes into) share storage with another argument,
     or with one of `constants` (the tensors the function closes over: `f(W)` where f reads the
     global `W`)? The compiled code reads each input and constant as it was before the call: eager
-    would see the write."""
+    would see the write. Storages are compared by the bytes they span: two of one numpy array
+    (`torch.from_numpy(a[:6])`, `torch.from_numpy(a[2:])`) are two storages over shared memory."""
     for i in slots:
-        storage = leaves[i].untyped_storage().data_ptr()
-        for j in tensor_slots:
-            if j != i and leaves[j].untyped_storage().data_ptr() == storage:
-                return True
-        if any(c.untyped_storage().data_ptr() == storage for c in constants):
+        written = _span(leaves[i])
+        if any(j != i and _overlap(written, _span(leaves[j])) for j in tensor_slots):
+            return True
+        if any(_overlap(written, _span(c)) for c in constants):
             return True
     return False
+
+
+def any_shared(tensors) -> bool:
+    """Do two of `tensors` share memory (their storages' bytes overlap)?"""
+    spans = sorted(span for span in map(_span, tensors) if span[0] < span[1])  # (by start: neighbours overlap)
+    return any(_overlap(a, b) for a, b in zip(spans, spans[1:]))
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[start, end) of the bytes `t`'s storage spans."""
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
 
 
 def versions(leaves, tensor_slots) -> list[int]:

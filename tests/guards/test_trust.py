@@ -157,6 +157,23 @@ def test_aliased_inputs_see_the_write(device, make):
     torch.testing.assert_close(x, y)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_inputs_of_two_storages_over_the_same_memory_see_the_write(grad):
+    """Two tensors of one numpy array are two storages: memory is shared where their bytes overlap."""
+    w = torch.ones(6, requires_grad=grad)
+
+    def f(a, b, w):
+        a.add_(1)
+        return b * w
+
+    fn = minicomp.jit(f)
+    fn(torch.zeros(6), torch.zeros(6), w)  # compiled for distinct inputs (a training one: its first call)
+    x, y = np.zeros(8, dtype=np.float32), np.zeros(8, dtype=np.float32)
+    out = fn(torch.from_numpy(x)[:6], torch.from_numpy(x[2:]), w)
+    torch.testing.assert_close(out, f(torch.from_numpy(y)[:6], torch.from_numpy(y[2:]), w))
+    np.testing.assert_array_equal(x, y)
+
+
 def test_aliased_inputs_on_the_first_training_call(device):
     w = torch.ones(4, device=device, requires_grad=True)
 
