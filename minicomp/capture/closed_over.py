@@ -33,6 +33,7 @@ class ClosedOver(TorchFunctionMode):
         self.grad_turned_on = False  # an op ran with grad mode on where the call had it off (enable_grad)
         self._grad_at_call = torch.is_grad_enabled()
         self.stopped: Exception | None = None  # why the trace stopped (guards.TraceStopped), if it did
+        self._views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (a view of one of them, that one)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if not self._grad_at_call and torch.is_grad_enabled():
@@ -71,12 +72,37 @@ class ClosedOver(TorchFunctionMode):
                 self.tensors.setdefault(id(value), value)
         func = _CHECKED.get(func, func)
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
         except Exception as err:
             if not any(k.__name__ in _TRACER_ERRORS for k in type(err).__mro__):
                 raise  # eager's own error (a shape mismatch): the function may catch it, as in eager
             self.stopped = err
             raise guards.TraceStopped(err) from err
+        self._note_views(func, args, kwargs, result)
+        return result
+
+    def _note_views(self, func, args, kwargs, result) -> None:
+        """Remember each view in `result` of a tensor the function closes over (or of such a view):
+        returned, it comes back as a view of that tensor (capture/outputs.py `ConstantView`)."""
+        first = next((v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)), None)
+        if first is None:  # (a view op views its first tensor argument, `self`)
+            return
+        base = first if _is_real(first) else self._views.get(id(first), (None, None))[1]
+        if base is None:
+            return
+        for value in pytree.tree_leaves(result):
+            # (a fake tensor's view(dtype) does not say it is a view)
+            if (
+                isinstance(value, torch.Tensor)
+                and value is not base
+                and (value._is_view() or func is torch.Tensor.view)
+            ):
+                self._views[id(value)] = (value, base)
+
+    def constant_base(self, value: torch.Tensor) -> torch.Tensor | None:
+        """The tensor the function closes over that `value` (a tensor it returns) is a view of, if any."""
+        view, base = self._views.get(id(value), (None, None))
+        return base if view is value else None
 
     @contextlib.contextmanager
     def refusing(self):

@@ -10,6 +10,8 @@ recorded by what it is:
     ArgumentView(slot, shape, stride, offset)   a view of that argument, `offset` elements past its own
                                                 (read as `dtype` when given: `x.view(torch.int32)`)
     SameAs(leaf)                                the very object of output leaf `leaf` (`return y, y`)
+    ConstantView(tensor, shape, stride, offset) a view of a tensor the function closes over (`W[1:]`
+                                                of a global W: kept by the record, never stored on disk)
 
 so a returned argument is the caller's object, a returned view writes through to its base,
 and strings, numbers, devices and sizes come back as they are: eager's aliasing and types.
@@ -64,7 +66,39 @@ class SameAs:
     leaf: int
 
 
-OutputRecord = GraphOutput | Constant | Argument | ArgumentView | SameAs
+@dataclass(frozen=True, slots=True, eq=False)
+class ConstantView:
+    """A view of `tensor`, a tensor the function closes over (the signature's key holds it by
+    identity): as ArgumentView's fields, counted from its own storage offset."""
+
+    tensor: torch.Tensor
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    dtype: torch.dtype | None = None
+
+
+OutputRecord = GraphOutput | Constant | Argument | ArgumentView | SameAs | ConstantView
+
+
+def view_fields(out: torch.Tensor, base: torch.Tensor) -> tuple[tuple, tuple, int, torch.dtype | None]:
+    """(shape, stride, offset, dtype) of `out`, a view of `base`, for a view record: `offset`
+    elements past base's storage offset; one of another dtype counted in its elements, from
+    `base.view(dtype)` (ValueError where base has no such view)."""
+    dtype, start = None, base.storage_offset()
+    if out.dtype != base.dtype:
+        try:
+            start = base.view(out.dtype).storage_offset()
+        except RuntimeError as err:
+            raise ValueError(str(err)) from None
+        dtype = out.dtype
+    return tuple(out.shape), tuple(out.stride()), out.storage_offset() - start, dtype
+
+
+def constant_view(out: torch.Tensor, base: torch.Tensor) -> ConstantView:
+    """The record of `out`, a view of `base`, a tensor the function closes over (ValueError as
+    `view_fields`)."""
+    return ConstantView(base, *view_fields(out, base))
 
 
 class Outputs:
@@ -86,8 +120,8 @@ class Outputs:
                 values.append(record.value)
             elif form is Argument:
                 values.append(leaves[record.slot])
-            elif form is ArgumentView:
-                base = leaves[record.slot]
+            elif form is ArgumentView or form is ConstantView:
+                base = leaves[record.slot] if form is ArgumentView else record.tensor
                 if record.dtype is not None:
                     base = base.view(record.dtype)
                 values.append(base.as_strided(record.shape, record.stride, base.storage_offset() + record.offset))
@@ -120,6 +154,8 @@ _RECORDS = "kinds"
 def _dump(record: OutputRecord) -> list | None:
     """[tag, fields...]; None for a constant with no JSON form."""
     form = type(record)
+    if form is ConstantView:  # (a tensor of this process)
+        return None
     if form is Constant:
         value = _encode(record.value)
         return None if value is None else ["const", value]

@@ -26,7 +26,17 @@ from minicomp import guards, logs
 from minicomp.capture import max_pool, meta_trace
 from minicomp.capture.closed_over import ClosedOver, refuse_grad_inside
 from minicomp.capture.functional import functional_temporaries, functionalized, writes_in_place
-from minicomp.capture.outputs import Argument, ArgumentView, Constant, GraphOutput, OutputRecord, Outputs, SameAs
+from minicomp.capture.outputs import (
+    Argument,
+    ArgumentView,
+    Constant,
+    ConstantView,
+    GraphOutput,
+    OutputRecord,
+    Outputs,
+    SameAs,
+    view_fields,
+)
 
 # Ops that ATen's core set keeps whole but minicomp fuses from their parts (reductions and
 # pointwise ops): softmax and log_softmax (amax, exp, sum), layer_norm and group_norm (mean and
@@ -191,7 +201,7 @@ def _flat(fn, leaves, in_spec, tensor_slots, records_of):
         if seen.grad_turned_on:
             refuse_grad_inside(needs_grad, list(seen.tensors.values()))
         out_leaves, spec = flatten_outputs(returned)
-        records, computed = records_of(out_leaves, tensors)
+        records, computed = records_of(out_leaves, tensors, seen)
         result["outputs"] = Outputs(spec, records)
         return computed
 
@@ -199,7 +209,7 @@ def _flat(fn, leaves, in_spec, tensor_slots, records_of):
 
 
 def _trace_on_standins(fn, leaves, in_spec, tensor_slots):
-    def records_of(out_leaves, standins):
+    def records_of(out_leaves, standins, seen):
         computed = []
         return [_standin_record(out, i, out_leaves, standins, computed) for i, out in enumerate(out_leaves)], computed
 
@@ -228,11 +238,12 @@ def _standin_record(out, i, out_leaves, standins, computed) -> OutputRecord:
 
 
 def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
-    def records_of(out_leaves, tensors):
+    def records_of(out_leaves, tensors, seen):
         computed = []
         storages = [StorageWeakRef(t.untyped_storage()) for t in tensors]
         records = [
-            _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) for i, out in enumerate(out_leaves)
+            _record(out, i, out_leaves, tensors, storages, tensor_slots, computed, seen)
+            for i, out in enumerate(out_leaves)
         ]
         return records, computed
 
@@ -275,9 +286,10 @@ def _fake_tensor_errors_unlogged():
         logger.removeFilter(dropped)
 
 
-def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> OutputRecord:
+def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed, seen) -> OutputRecord:
     """What output leaf `i` is (capture/outputs.py); a tensor the function computed is added to
-    `computed`, the graph's outputs."""
+    `computed`, the graph's outputs. A view of a tensor the function closes over (`seen`) comes
+    back as that view of it, as in eager (a graph output would be a copy)."""
     if not isinstance(out, torch.Tensor):
         return Constant(out)
     for j in range(i):
@@ -290,23 +302,25 @@ def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed) -> Ou
     for k, t in enumerate(tensors):
         if storage == storages[k]:
             return _view_record(out, t, tensor_slots[k])
+    base = seen.constant_base(out)
+    if base is not None:
+        return _view_record(out, base, None)
     computed.append(out)
     return GraphOutput(len(computed) - 1)
 
 
-def _view_record(out: torch.Tensor, base: torch.Tensor, slot: int) -> ArgumentView:
-    """`out`, a view of argument `base`; one of another dtype (`x.view(torch.int32)`) is put back as
-    a view of `base.view(out.dtype)` (counted in its elements), or, where that view does not exist
-    for every call of the signature, refused."""
-    if out.dtype == base.dtype:
-        offset = out.storage_offset() - base.storage_offset()
-        return ArgumentView(slot, tuple(out.shape), tuple(out.stride()), offset)
+def _view_record(out: torch.Tensor, base: torch.Tensor, slot: int | None) -> ArgumentView | ConstantView:
+    """`out`, a view of argument `base` (at leaf `slot`), or with `slot` None of `base`, a tensor the
+    function closes over; one of another dtype (`x.view(torch.int32)`) is put back as a view of
+    `base.view(out.dtype)` (counted in its elements), or, where that view does not exist for every
+    call of the signature, refused."""
     try:
-        as_dtype = base.view(out.dtype)
-    except RuntimeError:
+        shape, stride, offset, dtype = view_fields(out, base)
+    except ValueError:
         raise meta_trace.Untraceable("it returns a view of an argument as a dtype of another size") from None
-    offset = out.storage_offset() - as_dtype.storage_offset()
-    return ArgumentView(slot, tuple(out.shape), tuple(out.stride()), offset, out.dtype)
+    if slot is None:
+        return ConstantView(base, shape, stride, offset, dtype)
+    return ArgumentView(slot, shape, stride, offset, dtype)
 
 
 def call_eagerly(fn, leaves, in_spec):
