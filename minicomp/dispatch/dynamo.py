@@ -72,7 +72,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                         inference=inference,
                         saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
                     )
-                return eager_when_reentered(compiled.boxed, compiled, static)
+                boxed = specialize.returning_views(compiled.boxed, static) if role == "forward" else compiled.boxed
+                return eager_when_reentered(boxed, compiled, static)
 
             run = None
             if inference and graphs is None:  # (a CUDA graph per size records each size anyway)

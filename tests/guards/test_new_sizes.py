@@ -203,3 +203,23 @@ def test_alike_kernels_of_other_dtypes_keep_their_own_launch(device):
         if not shared:
             texts = re.split(r"\n(?=# kernel \d+:)", compiled.source[: compiled.source.index("def call")])[1:]
             assert alike.key(texts[0]) == alike.key(texts[-1])  # (the text alone would have shared them)
+
+
+def _input_views(x):
+    """Views of x whose sizes are symbolic at a second length: a flat slice (offset 1) and a select
+    (offset 2, stride 4), with a computed output beside them."""
+    n = x.shape[0]
+    return x.view(n * x.shape[1])[1:], x.view(n, 2, 2)[:, 1], x.sum()
+
+
+def test_outputs_viewing_an_input_at_new_lengths(device):
+    """AOTAutograd makes an output that views an input again from the caller's input, at the
+    compiled output's layout where its views had symbolic sizes: the compiled graph returns it as
+    that view (it came back at offset 0, every element shifted, from the second length on)."""
+    torch._dynamo.reset()
+    fn = torch.compile(_input_views, backend=minicomp.dispatch.dynamo.backend)
+    for length in (3, 5, 8):
+        x = torch.randn(length + 1, 4, device=device)[1:]  # (an input at an offset of its own)
+        got = fn(x)
+        torch.testing.assert_close(got, _input_views(x))
+        assert got[0].data_ptr() == x.data_ptr() + 4  # a view, as eager's
