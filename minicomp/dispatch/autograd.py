@@ -89,12 +89,16 @@ def _handles_overlap(meta) -> bool:
 def input_layouts(forward: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
     """The strides of each of the forward's inputs, in order: the backward returns their gradients
     in that order, and autograd copies a gradient laid out unlike its leaf (AccumulateGrad's
-    layout contract). pipeline.compile_graph writes such a gradient in its leaf's layout instead."""
+    layout contract). pipeline.compile_graph writes such a gradient in its leaf's layout instead.
+    None for an input with a symbolic stride: a dynamic forward's backward can be static (a size-1
+    dimension, whose stride `s7` every call may set otherwise), and its gradient then comes in the
+    backward's own layout."""
     layouts = []
     for node in forward.graph.nodes:
         if node.op == "placeholder":
             value = node.meta.get("val")
-            layouts.append(tuple(value.stride()) if isinstance(value, torch.Tensor) else None)
+            fixed = isinstance(value, torch.Tensor) and all(isinstance(n, int) for n in value.stride())
+            layouts.append(tuple(value.stride()) if fixed else None)
     return layouts
 
 

@@ -223,3 +223,17 @@ def test_outputs_viewing_an_input_at_new_lengths(device):
         got = fn(x)
         torch.testing.assert_close(got, _input_views(x))
         assert got[0].data_ptr() == x.data_ptr() + 4  # a view, as eager's
+
+
+def test_a_length_of_one_after_others_with_a_sliced_leaf(device):
+    """A leaf that is a slice of wider rows at length 1 after two other lengths: Dynamo's forward
+    is dynamic in the size-1 dimension's stride while its backward is static, and that backward
+    was given the forward's symbolic stride as its gradient's layout (a crash in codegen,
+    reported as a data-dependent shape)."""
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x * 2, backend=minicomp.dispatch.dynamo.backend)
+    for length in (3, 5, 1):
+        x = torch.randn(length, 6, device=device)[:, :3].requires_grad_()
+        seed = torch.randn(length, 3, device=device)
+        (fn(x) * seed).sum().backward()
+        torch.testing.assert_close(x.grad, seed * 2)
