@@ -208,7 +208,8 @@ def input_views(gm: torch.fx.GraphModule) -> list[tuple[int, int, tuple, tuple, 
     position, input position, shape, strides, offset past the input's own). AOTAutograd makes such
     an output again from the caller's input, by `as_strided` at the compiled output's layout where
     its views had symbolic sizes (`gen_alias_from_base`); a compiled output is fresh memory at
-    offset 0, so `x.view(s0 * 4)[1:]` came back as `x.view(-1)[:-1]`."""
+    offset 0, so `x.view(s0 * 4)[1:]` came back as `x.view(-1)[:-1]`. A view of the value the graph
+    writes into an input (`x.mul_(2)` then the view) views that input too."""
     from minicomp.codegen.view_layouts import MULTI, SINGLE
 
     def viewed(node):  # the node a view op views, or None
@@ -221,6 +222,12 @@ def input_views(gm: torch.fx.GraphModule) -> list[tuple[int, int, tuple, tuple, 
         return node.args[0] if getattr(node.target, "_opname", "") in SINGLE else None
 
     inputs = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    # a value written into an input in its layout (AOTAutograd's `copy_` of a mutated input): a
+    # view of it is that view of the input, once the graph has run
+    for node in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default):
+        into, value = node.args[:2]
+        if into in inputs and isinstance(value, torch.fx.Node) and _laid_out_alike(into, value):
+            inputs.setdefault(value, inputs[into])
     output = next(reversed(gm.graph.find_nodes(op="output")))
     results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     views = []
@@ -232,6 +239,11 @@ def input_views(gm: torch.fx.GraphModule) -> list[tuple[int, int, tuple, tuple, 
             offset = val.storage_offset() - base.meta["val"].storage_offset()
             views.append((position, inputs[base], tuple(val.shape), tuple(val.stride()), offset))
     return views
+
+
+def _laid_out_alike(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    values = a.meta.get("val"), b.meta.get("val")
+    return all(isinstance(v, torch.Tensor) for v in values) and len({(v.shape, v.stride()) for v in values}) == 1
 
 
 def returning_views(boxed: Callable, gm: torch.fx.GraphModule) -> Callable:

@@ -237,3 +237,22 @@ def test_a_length_of_one_after_others_with_a_sliced_leaf(device):
         seed = torch.randn(length, 3, device=device)
         (fn(x) * seed).sum().backward()
         torch.testing.assert_close(x.grad, seed * 2)
+
+
+def _doubled_view(x):
+    x.mul_(2)
+    return x.view(x.shape[0] * x.shape[1])[1:]
+
+
+def test_an_output_viewing_an_input_written_in_place_at_new_lengths(device):
+    """The view of an input the graph writes into (its `copy_` of the doubled value) is that view
+    of the input, as the graph's plain input views are (it came back shifted from the second
+    length on)."""
+    torch._dynamo.reset()
+    fn = torch.compile(_doubled_view, backend=minicomp.dispatch.dynamo.backend)
+    for length in (3, 5, 8):
+        x = torch.randn(length, 4, device=device)
+        expected = x.clone()
+        got, want = fn(x), _doubled_view(expected)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x, expected)
