@@ -84,17 +84,22 @@ class ClosedOver(TorchFunctionMode):
     def _note_views(self, func, args, kwargs, result) -> None:
         """Remember each view in `result` of a tensor the function closes over (or of such a view):
         returned, it comes back as a view of that tensor (capture/outputs.py `ConstantView`)."""
-        first = next((v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)), None)
-        if first is None:  # (a view op views its first tensor argument, `self`)
+        given = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+        results = [v for v in pytree.tree_leaves(result) if isinstance(v, torch.Tensor)]
+        # (a view op views its first tensor argument, `self`; not an op writing `out=`, whose result
+        # is that tensor, nor one of several results of several tensors, each viewing its own:
+        # `torch.broadcast_tensors(W, y)[1]` views y)
+        if not given or (kwargs and "out" in kwargs) or (len(given) > 1 and len(results) > 1):
             return
+        first = given[0]
         base = first if _is_real(first) else self._views.get(id(first), (None, None))[1]
         if base is None:
             return
-        for value in pytree.tree_leaves(result):
+        for value in results:
             # (a fake tensor's view(dtype) does not say it is a view)
             if (
-                isinstance(value, torch.Tensor)
-                and value is not base
+                value is not base
+                and not any(value is t for t in given)
                 and (value._is_view() or func is torch.Tensor.view)
             ):
                 self._views[id(value)] = (value, base)

@@ -42,3 +42,25 @@ def test_a_view_of_an_argument_that_also_reads_a_closed_over_tensor_is_the_argum
     got = minicomp.jit(fn)(x)
     assert got[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     torch.testing.assert_close(got[0], fn(x)[0])
+
+
+def _written_out(x):
+    buf = torch.empty(3, 4)[1:]
+    torch.mul(W.view(3, 4)[:2], 2, out=buf)  # (its result is buf, no view of W)
+    return buf, x + 1
+
+
+def _broadcast(x):
+    return torch.broadcast_tensors(W.view(3, 4), x * 2)[1], x + 1  # (a view of x * 2, not of W)
+
+
+@pytest.mark.parametrize("fn", [_written_out, _broadcast])
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_result_of_an_op_on_a_closed_over_tensor_that_views_another_is_no_view_of_it(fn, grad):
+    """Only a view op's results view its first tensor argument: an `out=` tensor, or one of
+    broadcast_tensors' results for another argument, came back as a view of W (training)."""
+    x = torch.randn(4, requires_grad=grad)
+    got, want = minicomp.jit(fn)(x), fn(x)
+    torch.testing.assert_close(got, want)
+    assert got[0].requires_grad == want[0].requires_grad
+    assert got[0].untyped_storage().data_ptr() != W.untyped_storage().data_ptr()
