@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from minicomp import runtime
-from minicomp.dispatch import fallback
+from minicomp.dispatch import fallback, saved_layouts
 from minicomp.runtime.externs import conform
 
 
@@ -74,14 +74,20 @@ def eager_when_reentered(boxed, compiled, gm: torch.fx.GraphModule):
 
 
 def captured(gm: torch.fx.GraphModule):
-    """A boxed call of `gm` as captured, each tensor output whose real strides differ from its
-    traced meta's (an op, a custom one, whose real output is laid out unlike its fake kernel's)
-    copied into the traced layout: the compiled backward of a forward run so reads its saved
-    values at the traced strides (runtime/externs.py conforms a compiled call's extern outputs
-    alike)."""
+    """A boxed call of `gm` as captured, each saved value for the backward (a training forward's:
+    saved_layouts.saved) whose real strides differ from its traced meta's (an op, a custom one,
+    whose real output is laid out unlike its fake kernel's) copied into the traced layout: the
+    compiled backward reads it at those strides (runtime/externs.py conforms a compiled call's
+    extern outputs alike). The caller's outputs stay as the ops made them (a copy would part two
+    outputs that share memory)."""
     output = next(reversed(gm.graph.find_nodes(op="output")))
     results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    layouts = [(i, *_layout(node)) for i, node in enumerate(results) if _layout(node) is not None]
+    saved = saved_layouts.saved(gm)
+    layouts = [
+        (i, *_layout(node))
+        for i, node in enumerate(results)
+        if isinstance(node, torch.fx.Node) and node.name in saved and _layout(node) is not None
+    ]
 
     def run(args):
         values = gm.forward(*args)
