@@ -21,7 +21,6 @@ kernels whose sizes are runtime arguments.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable
 
@@ -200,69 +199,6 @@ def retraced(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule
     with torch.no_grad():  # an AOTAutograd graph is already its forward or its backward
         static = make_fx(run, tracing_mode="fake", _allow_non_fake_inputs=True)(*[args[i] for i in positions])
     return static, positions
-
-
-def input_views(gm: torch.fx.GraphModule) -> list[tuple[int, int, tuple, tuple, int]]:
-    """The outputs of a concrete graph that view one of its inputs through view ops whose offset is
-    relative to their input (`view`, `slice`, `select`, ...; a `split`'s getitems): (output
-    position, input position, shape, strides, offset past the input's own). AOTAutograd makes such
-    an output again from the caller's input, by `as_strided` at the compiled output's layout where
-    its views had symbolic sizes (`gen_alias_from_base`); a compiled output is fresh memory at
-    offset 0, so `x.view(s0 * 4)[1:]` came back as `x.view(-1)[:-1]`. A view of the value the graph
-    writes into an input (`x.mul_(2)` then the view) views that input too."""
-    from minicomp.codegen.view_layouts import MULTI, SINGLE
-
-    def viewed(node):  # the node a view op views, or None
-        if node.op != "call_function":
-            return None
-        if node.target is operator.getitem:
-            parent = node.args[0]
-            multi = isinstance(parent, torch.fx.Node) and getattr(parent.target, "_opname", "") in MULTI
-            return parent.args[0] if multi else None
-        return node.args[0] if getattr(node.target, "_opname", "") in SINGLE else None
-
-    inputs = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-    # a value written into an input in its layout (AOTAutograd's `copy_` of a mutated input): a
-    # view of it is that view of the input, once the graph has run
-    for node in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default):
-        into, value = node.args[:2]
-        if into in inputs and isinstance(value, torch.fx.Node) and _laid_out_alike(into, value):
-            inputs.setdefault(value, inputs[into])
-    output = next(reversed(gm.graph.find_nodes(op="output")))
-    results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    views = []
-    for position, node in enumerate(results):
-        val, base = node.meta.get("val") if isinstance(node, torch.fx.Node) else None, node
-        while isinstance(base, torch.fx.Node) and base not in inputs:
-            base = viewed(base)
-        if isinstance(base, torch.fx.Node) and base is not node and isinstance(val, torch.Tensor):
-            offset = val.storage_offset() - base.meta["val"].storage_offset()
-            views.append((position, inputs[base], tuple(val.shape), tuple(val.stride()), offset))
-    return views
-
-
-def _laid_out_alike(a: torch.fx.Node, b: torch.fx.Node) -> bool:
-    values = a.meta.get("val"), b.meta.get("val")
-    return all(isinstance(v, torch.Tensor) for v in values) and len({(v.shape, v.stride()) for v in values}) == 1
-
-
-def returning_views(boxed: Callable, gm: torch.fx.GraphModule) -> Callable:
-    """`boxed` (a compiled `gm`) with each output that views an input (`input_views`) returned as
-    that view of the caller's input, as the graph returns it."""
-    views = input_views(gm)
-    if not views:
-        return boxed
-
-    def run(args: list):
-        viewed = {i: args[i] for _, i, *_ in views}  # (`boxed` empties the list)
-        results = boxed(args)
-        made = list(results)
-        for position, i, shape, stride, offset in views:
-            made[position] = viewed[i].as_strided(shape, stride, viewed[i].storage_offset() + offset)
-        return type(results)(made)
-
-    run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
-    return run
 
 
 class Specializing:

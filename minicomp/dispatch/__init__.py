@@ -12,6 +12,7 @@ training_call.py  the lean autograd.Function a training call runs through
 dynamo.py         torch.compile(backend="minicomp")
 frame_families.py the kernel families of a function Dynamo compiles, shared by its recompiles
 guarded_calls.py  a Dynamo graph's first call that fails, run as captured instead
+returned_views.py outputs that view an input or another output, returned as those views
 donations.py      the saved activations a backward may write over (donated buffers)
 row_regions.py    a matmul whose product only row reductions read (a loss), found and rewritten to chunks
 chunk_tracing.py  the ATen graph that rewrite reads, traced from a Dynamo graph or jit's training function

@@ -31,7 +31,7 @@ import torch
 from minicomp import capture, config, logs
 from minicomp.capture import closed_over, specialize, static_parts
 from minicomp.codegen.families import Families
-from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, saved_layouts
+from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, returned_views, saved_layouts
 from minicomp.dispatch.autograd import input_layouts, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import captured, checked_first_call, eager_when_reentered
 from minicomp.dispatch.partition import partition
@@ -72,7 +72,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                         inference=inference,
                         saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
                     )
-                boxed = specialize.returning_views(compiled.boxed, static) if role == "forward" else compiled.boxed
+                boxed = compiled.boxed
+                if role == "forward":  # (a size of a dynamic graph: its views of inputs too)
+                    boxed = returned_views.returning_views(boxed, static, of_inputs=True, of_outputs=inference)
                 return eager_when_reentered(boxed, compiled, static)
 
             run = None
@@ -110,6 +112,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                 forward["exclusive"] = donations.exclusive_outputs(compiled.plan)
             run = eager_when_reentered(checked_first_call(compiled, gm, fail, name), compiled, gm)
             run = donations.kept(saved_layouts.conformed(run, checks), gm, donated)
+            if inference:  # (AOTAutograd makes a training forward's aliased outputs itself)
+                run = returned_views.returning_views(run, gm, of_inputs=False, of_outputs=True)
             return _graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fail(err)
