@@ -72,7 +72,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                         inference=inference,
                         saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
                     )
-                boxed = compiled.boxed
+                if role == "forward":  # (the values its backward reads, for a fallback's copies)
+                    static.meta.setdefault(saved_layouts.SAVED, saved_layouts.saved(gm))
+                boxed = checked_first_call(compiled, static, fail, part)  # (a first call that fails: as captured)
                 if role == "forward":  # (a size of a dynamic graph: its views of inputs too)
                     boxed = returned_views.returning_views(boxed, static, of_inputs=True, of_outputs=inference)
                 return eager_when_reentered(boxed, compiled, static)

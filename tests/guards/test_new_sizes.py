@@ -256,3 +256,30 @@ def test_an_output_viewing_an_input_written_in_place_at_new_lengths(device):
         got, want = fn(x), _doubled_view(expected)
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(x, expected)
+
+
+def test_a_new_sizes_kernel_that_fails_at_its_first_launch_falls_back(monkeypatch):
+    """A size of a dynamic graph is a module of its own: a kernel failing at its first launch (a
+    Triton error) runs that size's graph as captured, by the fallback policy, as a static graph's
+    first call does (guarded_calls.checked_first_call), not raised past the policy."""
+    from minicomp.dispatch import dynamo
+    from minicomp.runtime import launch
+
+    def fn(x):
+        return (x * 2).relu().sum(-1)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=dynamo.backend)
+    for rows in (4, 5):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(compiled(x), fn(x))
+
+    def broken(self, *args):
+        raise RuntimeError("CompilationError: injected")
+
+    monkeypatch.setattr(launch.Launch, "__call__", broken)
+    monkeypatch.setenv("MINICOMP_FALLBACK", "silent")
+    for _ in range(2):
+        x = torch.randn(7, 8)
+        torch.testing.assert_close(compiled(x), fn(x))
+    torch._dynamo.reset()
