@@ -10,6 +10,10 @@ recorded by what it is:
     ArgumentView(slot, shape, stride, offset)   a view of that argument, `offset` elements past its own
                                                 (read as `dtype` when given: `x.view(torch.int32)`)
     SameAs(leaf)                                the very object of output leaf `leaf` (`return y, y`)
+    OutputView(leaf, index, shape, stride, offset, base_shape, base_stride)
+                                                a view of output leaf `leaf` (`return y, y[1:]`), where
+                                                that one comes out laid out as traced; else the
+                                                graph's index-th output (the same values, a copy)
     ConstantView(tensor, shape, stride, offset) a view of a tensor the function closes over (`W[1:]`
                                                 of a global W: kept by the record, never stored on disk)
 
@@ -78,7 +82,22 @@ class ConstantView:
     dtype: torch.dtype | None = None
 
 
-OutputRecord = GraphOutput | Constant | Argument | ArgumentView | SameAs | ConstantView
+@dataclass(frozen=True, slots=True)
+class OutputView:
+    """A view of output leaf `leaf` (a tensor the graph returns): its shape and stride, `offset`
+    elements past that leaf's storage offset, where that leaf came out at `base_shape` and
+    `base_stride` (its traced layout); else the graph's `index`-th output, the view's values."""
+
+    leaf: int
+    index: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    base_shape: tuple[int, ...]
+    base_stride: tuple[int, ...]
+
+
+OutputRecord = GraphOutput | Constant | Argument | ArgumentView | SameAs | ConstantView | OutputView
 
 
 def view_fields(out: torch.Tensor, base: torch.Tensor) -> tuple[tuple, tuple, int, torch.dtype | None]:
@@ -125,6 +144,12 @@ class Outputs:
                 if record.dtype is not None:
                     base = base.view(record.dtype)
                 values.append(base.as_strided(record.shape, record.stride, base.storage_offset() + record.offset))
+            elif form is OutputView:
+                base = values[record.leaf]
+                if base.shape == record.base_shape and base.stride() == record.base_stride:
+                    values.append(base.as_strided(record.shape, record.stride, base.storage_offset() + record.offset))
+                else:
+                    values.append(outputs[record.index])
             else:
                 values.append(values[record.leaf])
         return pytree.tree_unflatten(values, self.spec)
@@ -166,6 +191,9 @@ def _dump(record: OutputRecord) -> list | None:
         return ["tensor", record.index]
     if form is Argument:
         return ["input", record.slot]
+    if form is OutputView:
+        return ["outview", record.leaf, record.index, list(record.shape), list(record.stride), record.offset,
+                list(record.base_shape), list(record.base_stride)]  # fmt: skip
     return ["same", record.leaf]
 
 
@@ -182,6 +210,10 @@ def _load(item: list) -> OutputRecord:
         return Argument(int(item[1]))
     if tag == "same":
         return SameAs(int(item[1]))
+    if tag == "outview":
+        leaf, index, shape, stride, offset, base_shape, base_stride = item[1:]
+        return OutputView(int(leaf), int(index), tuple(shape), tuple(stride), int(offset), tuple(base_shape),
+                          tuple(base_stride))  # fmt: skip
     raise ValueError(f"unknown output record {tag!r}")
 
 

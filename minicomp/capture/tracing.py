@@ -34,6 +34,7 @@ from minicomp.capture.outputs import (
     GraphOutput,
     OutputRecord,
     Outputs,
+    OutputView,
     SameAs,
     view_fields,
 )
@@ -211,7 +212,8 @@ def _flat(fn, leaves, in_spec, tensor_slots, records_of):
 def _trace_on_standins(fn, leaves, in_spec, tensor_slots):
     def records_of(out_leaves, standins, seen):
         computed = []
-        return [_standin_record(out, i, out_leaves, standins, computed) for i, out in enumerate(out_leaves)], computed
+        records = [_standin_record(out, i, out_leaves, standins, computed) for i, out in enumerate(out_leaves)]
+        return _views_of_outputs(records, out_leaves, lambda t: (t.is_view, t.meta.untyped_storage())), computed
 
     flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, records_of)
     gm = meta_trace.trace(flat_fn, [leaves[i] for i in tensor_slots], tensor_slots, decompositions())
@@ -245,6 +247,7 @@ def _trace_with_make_fx(fn, leaves, in_spec, tensor_slots):
             _record(out, i, out_leaves, tensors, storages, tensor_slots, computed, seen)
             for i, out in enumerate(out_leaves)
         ]
+        records = _views_of_outputs(records, out_leaves, lambda t: (t._is_view(), t.untyped_storage()))
         return records, computed
 
     flat_fn, result, seen = _flat(fn, leaves, in_spec, tensor_slots, records_of)
@@ -307,6 +310,27 @@ def _record(out, i, out_leaves, tensors, storages, tensor_slots, computed, seen)
         return _view_record(out, base, None)
     computed.append(out)
     return GraphOutput(len(computed) - 1)
+
+
+def _views_of_outputs(records: list, out_leaves: list, view_and_storage) -> list:
+    """`records` with each graph output that views an earlier graph output (`return y, y[1:]`)
+    as an OutputView of it, as eager returns them (a graph output is memory of its own).
+    `view_and_storage(t)`: whether traced tensor t is a view, and its storage."""
+    found = list(records)
+    for i, record in enumerate(records):
+        out = out_leaves[i]
+        if type(record) is not GraphOutput or not view_and_storage(out)[0]:
+            continue
+        storage = StorageWeakRef(view_and_storage(out)[1])
+        for j in range(i):
+            base = out_leaves[j]
+            if type(records[j]) is GraphOutput and base.dtype == out.dtype:
+                if StorageWeakRef(view_and_storage(base)[1]) == storage:
+                    offset = out.storage_offset() - base.storage_offset()
+                    found[i] = OutputView(j, record.index, tuple(out.shape), tuple(out.stride()), offset,
+                                          tuple(base.shape), tuple(base.stride()))  # fmt: skip
+                    break
+    return found
 
 
 def _view_record(out: torch.Tensor, base: torch.Tensor, slot: int | None) -> ArgumentView | ConstantView:
