@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 
-from minicomp import guards
+from minicomp import guards, ir
 
 
 class CompileError(RuntimeError):
@@ -29,7 +29,9 @@ def describe(name: str, err: Exception) -> str:
             "Use torch.where for the branch, decide it from shapes or Python arguments, or keep that "
             "part outside the jitted function"
         )
-    elif "SymInt" in text or "DynamicOutputShape" in type(err).__name__:
+    elif isinstance(err, ir.SymbolicSize):
+        why = text
+    elif "DynamicOutputShape" in type(err).__name__:
         why = (
             "an op's output shape depends on tensor values (nonzero, unique, masked indexing), "
             "which minicomp compiles only for static shapes. Keep that op outside the jitted function"

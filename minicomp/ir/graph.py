@@ -25,6 +25,27 @@ import torch.fx
 from minicomp.ir import dtypes
 
 
+class SymbolicSize(RuntimeError):
+    """A traced value whose size is a symbol, where the IR's sizes are integers: `data_dependent`
+    when the symbol is unbacked (an op's output shape depends on tensor values)."""
+
+    def __init__(self, message: str, data_dependent: bool):
+        super().__init__(message)
+        self.data_dependent = data_dependent
+
+    @staticmethod
+    def of(t: torch.Tensor, shape: tuple) -> SymbolicSize:
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        if free_unbacked_symbols(t):
+            return SymbolicSize(
+                "an op's output shape depends on tensor values (nonzero, unique, masked indexing), which "
+                "minicomp compiles only for static shapes. Keep that op outside the jitted function",
+                data_dependent=True,
+            )
+        return SymbolicSize(f"a value of symbolic size {list(shape)} reached the IR, whose sizes are integers", False)
+
+
 @dataclass(frozen=True)
 class TensorMeta:
     shape: tuple[int, ...]
@@ -34,7 +55,10 @@ class TensorMeta:
 
     @staticmethod
     def of(t: torch.Tensor) -> TensorMeta:
-        return TensorMeta(tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+        shape, stride = tuple(t.shape), tuple(t.stride())
+        if not all(type(n) is int for n in (*shape, *stride)):
+            raise SymbolicSize.of(t, shape)
+        return TensorMeta(shape, stride, t.dtype, t.device)
 
     @property
     def numel(self) -> int:

@@ -198,3 +198,26 @@ def test_no_numpy_warning_in_a_subprocess_without_pytests_filters(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr
+
+
+def test_a_symbolic_size_is_named_for_what_it_is():
+    """A size that depends on tensor values (an unbacked symbol: nonzero) is reported so; any
+    other symbolic size reaching the IR is not (it was called data-dependent too: an "unhashable
+    SymInt" anywhere in the pipeline read as one)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minicomp import ir
+
+    def values(gm):
+        return [n.meta["val"] for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+
+    backed = values(make_fx(lambda x: x * 2, tracing_mode="symbolic")(torch.randn(4, 3)))[-1]
+    unbacked = values(make_fx(torch.nonzero, tracing_mode="symbolic")(torch.randn(4, 3)))[-1]
+    with pytest.raises(ir.SymbolicSize, match="symbolic size") as raised:
+        ir.TensorMeta.of(backed)
+    assert not raised.value.data_dependent
+    with pytest.raises(ir.SymbolicSize, match="depends on tensor values") as raised:
+        ir.TensorMeta.of(unbacked)
+    assert raised.value.data_dependent
+    with pytest.raises(minicomp.CompileError, match="depends on tensor values"):
+        minicomp.jit(lambda x: torch.nonzero(x) + 1, fallback="raise")(torch.randn(8))
