@@ -95,6 +95,7 @@ class OutputView:
     offset: int
     base_shape: tuple[int, ...]
     base_stride: tuple[int, ...]
+    dtype: torch.dtype | None = None  # a view(dtype) of the leaf: counted in this dtype's elements
 
 
 OutputRecord = GraphOutput | Constant | Argument | ArgumentView | SameAs | ConstantView | OutputView
@@ -147,6 +148,7 @@ class Outputs:
             elif form is OutputView:
                 base = values[record.leaf]
                 if base.shape == record.base_shape and base.stride() == record.base_stride:
+                    base = base if record.dtype is None else base.view(record.dtype)
                     values.append(base.as_strided(record.shape, record.stride, base.storage_offset() + record.offset))
                 else:
                     values.append(outputs[record.index])
@@ -192,8 +194,9 @@ def _dump(record: OutputRecord) -> list | None:
     if form is Argument:
         return ["input", record.slot]
     if form is OutputView:
+        dtype = [] if record.dtype is None else [str(record.dtype).removeprefix("torch.")]
         return ["outview", record.leaf, record.index, list(record.shape), list(record.stride), record.offset,
-                list(record.base_shape), list(record.base_stride)]  # fmt: skip
+                list(record.base_shape), list(record.base_stride), *dtype]  # fmt: skip
     return ["same", record.leaf]
 
 
@@ -211,9 +214,10 @@ def _load(item: list) -> OutputRecord:
     if tag == "same":
         return SameAs(int(item[1]))
     if tag == "outview":
-        leaf, index, shape, stride, offset, base_shape, base_stride = item[1:]
+        leaf, index, shape, stride, offset, base_shape, base_stride = item[1:8]
+        dtype = getattr(torch, item[8]) if len(item) > 8 else None
         return OutputView(int(leaf), int(index), tuple(shape), tuple(stride), int(offset), tuple(base_shape),
-                          tuple(base_stride))  # fmt: skip
+                          tuple(base_stride), dtype)  # fmt: skip
     raise ValueError(f"unknown output record {tag!r}")
 
 

@@ -324,12 +324,15 @@ def _views_of_outputs(records: list, out_leaves: list, view_and_storage) -> list
         storage = StorageWeakRef(view_and_storage(out)[1])
         for j in range(i):
             base = out_leaves[j]
-            if type(records[j]) is GraphOutput and base.dtype == out.dtype:
-                if StorageWeakRef(view_and_storage(base)[1]) == storage:
-                    offset = out.storage_offset() - base.storage_offset()
-                    found[i] = OutputView(j, record.index, tuple(out.shape), tuple(out.stride()), offset,
-                                          tuple(base.shape), tuple(base.stride()))  # fmt: skip
-                    break
+            if type(records[j]) is GraphOutput and StorageWeakRef(view_and_storage(base)[1]) == storage:
+                # (a view(dtype) counts its offset in its own elements)
+                start, left = divmod(base.storage_offset() * base.dtype.itemsize, out.dtype.itemsize)
+                if left == 0:
+                    dtype = None if base.dtype == out.dtype else out.dtype
+                    found[i] = OutputView(j, record.index, tuple(out.shape), tuple(out.stride()),
+                                          out.storage_offset() - start, tuple(base.shape), tuple(base.stride()),
+                                          dtype)  # fmt: skip
+                break
     return found
 
 

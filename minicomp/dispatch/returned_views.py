@@ -9,6 +9,8 @@ output is a view (through view ops: `view`, `slice`, `select`, a `split`'s getit
 - another output, in an inference graph: the two came back as two memories where eager's
   share one (`y, y[1:]`: a write into one is not seen in the other).
 
+A view of another dtype (`view(torch.int32)`) is made from the base read as that dtype.
+
 `returning_views` wraps the compiled callable so that each such output is that view of the
 caller's input or of the base output (`as_strided` at the traced shape, strides and offset),
 where the base came out laid out as traced (an inference output may come out at other strides:
@@ -22,7 +24,8 @@ from collections.abc import Callable
 
 import torch
 
-View = tuple[int, int, tuple, tuple, int]  # (output position, base position, shape, strides, offset)
+# (output position, base position, shape, strides, offset, dtype: the base read as that dtype, or None)
+View = tuple[int, int, tuple, tuple, int, "torch.dtype | None"]
 
 
 def input_views(gm: torch.fx.GraphModule) -> list[View]:
@@ -45,10 +48,29 @@ def input_views(gm: torch.fx.GraphModule) -> list[View]:
         val, base = node.meta.get("val") if isinstance(node, torch.fx.Node) else None, node
         while isinstance(base, torch.fx.Node) and base not in inputs:
             base = _viewed(base)
-        if isinstance(base, torch.fx.Node) and base is not node and isinstance(val, torch.Tensor):
-            offset = val.storage_offset() - base.meta["val"].storage_offset()
-            views.append((position, inputs[base], tuple(val.shape), tuple(val.stride()), offset))
+        found = _offset(val, base) if isinstance(base, torch.fx.Node) and base is not node else None
+        if found is not None:
+            views.append((position, inputs[base], tuple(val.shape), tuple(val.stride()), *found))
     return views
+
+
+def _offset(val, base: torch.fx.Node) -> tuple[int, torch.dtype | None] | None:
+    """(`val`'s offset past `base`'s value, in val's elements; val's dtype where it differs from
+    the base's: a view(dtype), read from `base.view(dtype)`), or None where that is no view."""
+    of = base.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not isinstance(of, torch.Tensor):
+        return None
+    if val.dtype == of.dtype:
+        return val.storage_offset() - of.storage_offset(), None
+    start, left = divmod(of.storage_offset() * of.dtype.itemsize, val.dtype.itemsize)  # (no op on `of`)
+    return (val.storage_offset() - start, val.dtype) if left == 0 else None
+
+
+def _view_of(base: torch.Tensor, shape, stride, offset: int, dtype) -> torch.Tensor:
+    """The view `returning_views` makes of `base` (read as `dtype` where given)."""
+    if dtype is not None:
+        base = base.view(dtype)
+    return base.as_strided(shape, stride, base.storage_offset() + offset)
 
 
 def _laid_out_alike(a: torch.fx.Node, b: torch.fx.Node) -> bool:
@@ -67,15 +89,10 @@ def output_views(gm: torch.fx.GraphModule) -> list[tuple[View, tuple, tuple]]:
         while isinstance(base, torch.fx.Node) and base not in positions:
             base = _viewed(base)
         based = isinstance(base, torch.fx.Node) and positions[base] != position
-        if based and isinstance(val, torch.Tensor) and isinstance(base.meta.get("val"), torch.Tensor):
+        found = _offset(val, base) if based else None
+        if found is not None:
             of = base.meta["val"]
-            view = (
-                position,
-                positions[base],
-                tuple(val.shape),
-                tuple(val.stride()),
-                val.storage_offset() - of.storage_offset(),
-            )
+            view = (position, positions[base], tuple(val.shape), tuple(val.stride()), *found)
             views.append((view, tuple(of.shape), tuple(of.stride())))
     return views
 
@@ -94,12 +111,12 @@ def returning_views(boxed: Callable, gm: torch.fx.GraphModule, of_inputs: bool, 
         viewed = {i: args[i] for _, i, *_ in views}  # (`boxed` empties the list)
         results = boxed(args)
         made = list(results)
-        for position, i, shape, stride, offset in views:
-            made[position] = viewed[i].as_strided(shape, stride, viewed[i].storage_offset() + offset)
-        for (position, j, shape, stride, offset), base_shape, base_stride in bases:
+        for position, i, *view in views:
+            made[position] = _view_of(viewed[i], *view)
+        for (position, j, *view), base_shape, base_stride in bases:
             base = made[j]
             if isinstance(base, torch.Tensor) and base.shape == base_shape and base.stride() == base_stride:
-                made[position] = base.as_strided(shape, stride, base.storage_offset() + offset)
+                made[position] = _view_of(base, *view)
         return type(results)(made)
 
     run._boxed_call = True  # AOTAutograd's mark: it passes its argument list

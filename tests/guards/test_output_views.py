@@ -12,6 +12,12 @@ def views_of_a_result(x):
     return y, y[1:], y.t(), y.view(-1)[2:5]
 
 
+def with_a_dtype_view(x):
+    y = x + 1
+    return y, y[1:], y.view(torch.int32)[1:]  # (no_grad: a dtype view of a result that requires grad
+    # fails functionalization's ViewMeta replay in PyTorch itself)
+
+
 @pytest.mark.parametrize("dynamic", [False, None])
 def test_outputs_viewing_another_output_share_its_memory(dynamic):
     torch._dynamo.reset()
@@ -61,3 +67,22 @@ def test_an_output_view_record_survives_the_persistent_cache():
     got = again.assemble([base.t().contiguous().t(), base[1:].clone()], [])  # laid out otherwise: the copy
     assert got[1].untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
     torch.testing.assert_close(got[1], base[1:])
+
+
+@pytest.mark.parametrize("how", ["dynamo", "jit"])
+def test_an_output_viewing_another_as_another_dtype_shares_its_memory(how):
+    import minicomp
+
+    torch._dynamo.reset()
+    fn = (
+        torch.compile(with_a_dtype_view, backend=dynamo.backend) if how == "dynamo" else minicomp.jit(with_a_dtype_view)
+    )
+    with torch.no_grad():
+        for rows in (4, 5, 7):
+            x = torch.randn(rows, 3)
+            got, want = fn(x), with_a_dtype_view(x)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and torch.equal(g, w)
+                assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+                assert g.untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
+    torch._dynamo.reset()
