@@ -27,10 +27,10 @@ inner = [0.0, 0]
 
 
 def _timing_graphed():
-    """minicomp's compiled callables, each timed (dynamo._graphed wraps every one it returns)."""
-    from minicomp.dispatch import dynamo
+    """minicomp's compiled callables, each timed (graphed_calls.graphed wraps every one it returns)."""
+    from minicomp.dispatch import graphed_calls
 
-    graphed = dynamo._graphed
+    graphed = graphed_calls.graphed
 
     def timed_graphed(*args, **kwargs):
         run = graphed(*args, **kwargs)
@@ -45,7 +45,7 @@ def _timing_graphed():
         timed._boxed_call = True
         return timed
 
-    dynamo._graphed = timed_graphed
+    graphed_calls.graphed = timed_graphed
 
 
 def per_step(run, steps: int, each_synchronized: bool = False) -> tuple:

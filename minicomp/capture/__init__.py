@@ -21,7 +21,6 @@ from minicomp.capture.outputs import (
     OutputRecord,
     Outputs,
     SameAs,
-    constant_view,
 )
 from minicomp.capture.tracing import (
     FUSED_FROM_PARTS,
@@ -31,6 +30,7 @@ from minicomp.capture.tracing import (
     flatten_outputs,
     leaf_names,
     trace,
+    training_outputs,
 )
 
 __all__ = [
@@ -44,11 +44,11 @@ __all__ = [
     "OutputRecord",
     "Outputs",
     "SameAs",
-    "constant_view",
     "Traced",
     "call_eagerly",
     "decompositions",
     "flatten_outputs",
     "leaf_names",
     "trace",
+    "training_outputs",
 ]

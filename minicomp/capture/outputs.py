@@ -115,12 +115,6 @@ def view_fields(out: torch.Tensor, base: torch.Tensor) -> tuple[tuple, tuple, in
     return tuple(out.shape), tuple(out.stride()), out.storage_offset() - start, dtype
 
 
-def constant_view(out: torch.Tensor, base: torch.Tensor) -> ConstantView:
-    """The record of `out`, a view of `base`, a tensor the function closes over (ValueError as
-    `view_fields`)."""
-    return ConstantView(base, *view_fields(out, base))
-
-
 class Outputs:
     """The result's structure (`spec`: a torch.Size stays one leaf) and a record per leaf."""
 

@@ -367,3 +367,32 @@ def leaf_names(in_spec, params: list[str]) -> list[str]:
         head = params[first.idx] if group.idx == 0 and first.idx < len(params) else str(getattr(first, "key", "arg"))
         names.append("_".join([head] + [str(getattr(k, "key", getattr(k, "idx", k))) for k in rest]))
     return names
+
+
+def _constant_view(out, seen: ClosedOver) -> ConstantView | None:
+    """The record of `out` where it is a view of a tensor the function closes over (a dtype view
+    that tensor has no view of for every call aside: that one stays a graph output, a copy)."""
+    base = seen.constant_base(out) if isinstance(out, torch.Tensor) else None
+    try:
+        return None if base is None else _view_record(out, base, None)
+    except meta_trace.Untraceable:
+        return None
+
+
+def training_outputs(result, seen: ClosedOver) -> tuple[Outputs, list[torch.Tensor]]:
+    """The Outputs of a traced training function's `result`, and the tensors its graph returns:
+    AOTAutograd handles tensors (and their aliasing), so each is a graph output, but for a view
+    of a tensor the function closes over (`seen`), which comes back as that view of it; the rest
+    are constants."""
+    out_leaves, spec = flatten_outputs(result)
+    records, computed = [], []
+    for out in out_leaves:
+        view = _constant_view(out, seen)
+        if view is not None:
+            records.append(view)
+        elif isinstance(out, torch.Tensor):
+            computed.append(out)
+            records.append(GraphOutput(len(computed) - 1))
+        else:
+            records.append(Constant(out))
+    return Outputs(spec, records), computed

@@ -10,6 +10,7 @@ partition.py      ... the joint graph split into them: min-cut, no views saved, 
 joint_cse.py      ... the joint graph's repeated ops merged before its partition (no Inductor import)
 training_call.py  the lean autograd.Function a training call runs through
 dynamo.py         torch.compile(backend="minicomp")
+graphed_calls.py  ... its compiled graphs replaying CUDA graphs (mode="reduce-overhead")
 frame_families.py the kernel families of a function Dynamo compiles, shared by its recompiles
 guarded_calls.py  a Dynamo graph's first call that fails, run as captured instead
 returned_views.py outputs that view an input or another output, returned as those views

@@ -173,7 +173,7 @@ class TrainingEntry:
             written = [slot for slot, t in zip(self.tensor_slots, tensors) if _data_mutated(t)]
             if self.first is not None and guards.shares_memory(self.first, written, [], closed_over):
                 raise _WritesIntoAConstant  # (the compiled graph would read it before the write)
-            self.outputs, computed = _graph_outputs(result, seen)
+            self.outputs, computed = capture.training_outputs(result, seen)
             return computed
 
         return flat_fn
@@ -319,7 +319,7 @@ def _nested_backward(ctx, *grads):
 
 def _eager_outputs(fn, leaves, in_spec, tensor_slots):
     """fn over its tensor arguments, run eagerly, returning the tensors of its result in the
-    order the forward graph returns them (`_graph_outputs`): a lean call's double backward."""
+    order the forward graph returns them (`capture.training_outputs`): a lean call's double backward."""
     constants = [None if isinstance(v, torch.Tensor) else v for v in leaves]
 
     def eager(tensors):
@@ -343,35 +343,6 @@ def _draws_random(gm: torch.fx.GraphModule) -> bool:
 
 def _spec(count: int):
     return pytree.tree_flatten((tuple(range(count)), {}))[1]
-
-
-def _constant_view(out, seen: capture.ClosedOver) -> capture.ConstantView | None:
-    """The record of `out` where it is a view of a tensor the function closes over (a dtype view
-    that tensor has no view of for every call aside: that one stays a graph output, a copy)."""
-    base = seen.constant_base(out) if isinstance(out, torch.Tensor) else None
-    try:
-        return None if base is None else capture.constant_view(out, base)
-    except ValueError:
-        return None
-
-
-def _graph_outputs(result, seen: capture.ClosedOver) -> tuple[capture.Outputs, list[torch.Tensor]]:
-    """The Outputs of a traced training function's `result`, and the tensors its graph returns:
-    AOTAutograd handles tensors (and their aliasing), so each is a graph output, but for a view
-    of a tensor the function closes over (`seen`), which comes back as that view of it; the rest
-    are constants."""
-    out_leaves, spec = capture.flatten_outputs(result)
-    records, computed = [], []
-    for out in out_leaves:
-        view = _constant_view(out, seen)
-        if view is not None:
-            records.append(view)
-        elif isinstance(out, torch.Tensor):
-            computed.append(out)
-            records.append(capture.GraphOutput(len(computed) - 1))
-        else:
-            records.append(capture.Constant(out))
-    return capture.Outputs(spec, records), computed
 
 
 def _data_mutated(t) -> bool:

@@ -31,7 +31,15 @@ import torch
 from minicomp import capture, config, logs
 from minicomp.capture import closed_over, specialize, static_parts
 from minicomp.codegen.families import Families
-from minicomp.dispatch import chunk_tracing, donations, fallback, frame_families, returned_views, saved_layouts
+from minicomp.dispatch import (
+    chunk_tracing,
+    donations,
+    fallback,
+    frame_families,
+    graphed_calls,
+    returned_views,
+    saved_layouts,
+)
 from minicomp.dispatch.autograd import input_layouts, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import captured, checked_first_call, eager_when_reentered
 from minicomp.dispatch.partition import partition
@@ -85,7 +93,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                     run = _cut(gm, compile_static, fail, name)  # its static parts once, for every size
             if run is None:  # one static graph per size
                 run = specialize.Specializing(gm, compile_static, fail)
-            return _graphed(graphs, run, name, role, gm, forward)
+            return graphed_calls.graphed(graphs, run, name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
         checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []
         any_layout = saved_layouts.any_layout(gm) if role == "forward" else frozenset()
@@ -93,7 +101,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             any_layout |= _output_names(gm)
         donated = frozenset()  # saved values the backward may write over (donations.py)
         if backward:
-            donated = donations.donated(forward["gm"], gm, _saved_count(forward), forward.get("exclusive", frozenset()))
+            donated = donations.donated(
+                forward["gm"], gm, graphed_calls.saved_count(forward), forward.get("exclusive", frozenset())
+            )
 
         try:
             with config.override(**settings):  # the backward compiles on autograd's thread on a GPU
@@ -116,7 +126,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             run = donations.kept(saved_layouts.conformed(run, checks), gm, donated)
             if inference:  # (AOTAutograd makes a training forward's aliased outputs itself)
                 run = returned_views.returning_views(run, gm, of_inputs=False, of_outputs=True)
-            return _graphed(graphs, run, name, role, gm, forward)
+            return graphed_calls.graphed(graphs, run, name, role, gm, forward)
         except Exception as err:  # noqa: BLE001 - fall back to the captured graph, by policy
             fail(err)
             return captured(gm)
@@ -146,7 +156,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
     from torch._dynamo.backends.common import aot_autograd
 
     families, settings, forward = frame_families.of_traced_function(), config.current() | _options(options, mode), {}
-    graphs = _graphs(settings, example_inputs)
+    graphs = graphed_calls.graphs(settings, example_inputs)
     gm = closed_over.with_checked_forms(gm)
     with config.override(**settings):  # (options may set "chunk_budget_bytes")
         gm = chunk_tracing.dynamo_graph(gm, example_inputs)  # a matmul's product only row reductions read: by chunks
@@ -186,54 +196,10 @@ def _options(options: dict | None, mode: str | None) -> dict:
     return settings
 
 
-def _graphs(settings: dict, example_inputs):
-    """The CUDA graphs of this Dynamo graph's forward and backward (runtime/graphs.py), where
-    `settings` ask for them and an input is on a GPU; else None."""
-    if not settings["cuda_graphs"] or not any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
-        return None
-    from minicomp.runtime.graphs import Graphs
-
-    return Graphs(settings["cuda_graph_limit"], settings["cuda_graph_rerecords"])
-
-
-def _graphed(graphs, run, name: str, role: str, gm: torch.fx.GraphModule, forward: dict):
-    """`run` replaying CUDA graphs (runtime/graphs.py) when `graphs` is given. A forward's static
-    inputs are the parameters and buffers (AOTAutograd's `static_input_indices`) and any input it
-    writes into (an input mutation AOTAutograd keeps in the graph), and its outputs
-    past those a backward reads are handed to it uncopied; a backward's static inputs are all but
-    its tangents (saved activations, parameters), and its outputs (gradients) are kept by callers
-    as a rule (graph_outputs.py)."""
-    if graphs is None:
-        return run
-    if role == "backward":
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        static = [i for i, n in enumerate(placeholders) if not n.name.startswith("tangents")]
-        return graphs.wrap(run, name, static=static, kept=True)  # gradients: autograd accumulates into them
-    context = torch._guards.TracingContext.try_get()
-    metadata = getattr(context, "fw_metadata", None)
-    fixed = set(getattr(metadata, "static_input_indices", None) or ())
-    for i, info in enumerate(getattr(metadata, "input_info", None) or ()):  # an input the graph writes into
-        if getattr(getattr(info, "mutation_type", None), "name", None) == "MUTATED_IN_GRAPH":
-            fixed.add(i)
-
-    def static(i: int, t: torch.Tensor) -> bool:  # (a parameter: also where AOTAutograd did not say)
-        return i in fixed or isinstance(t, torch.nn.Parameter)
-
-    return graphs.wrap(run, name, static=static, saved=lambda: _saved_count(forward))
-
-
 def _output_names(gm: torch.fx.GraphModule) -> frozenset[str]:
     """The names of the values `gm` returns."""
     outputs = next(reversed(gm.graph.find_nodes(op="output"))).args[0]
     return frozenset(n.name for n in outputs if isinstance(n, torch.fx.Node))
-
-
-def _saved_count(forward: dict) -> int:
-    """How many of the forward's last outputs its backward reads (0 while no backward is compiled)."""
-    backward = forward.get("bw_gm")
-    if backward is None:
-        return 0
-    return sum(1 for n in backward.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents"))
 
 
 @contextlib.contextmanager

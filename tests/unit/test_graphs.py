@@ -585,7 +585,7 @@ def test_training_through_torch_compile_with_stand_in_graphs(monkeypatch, forwar
     """The Dynamo backend's forward and backward graphed (AOTAutograd's runtime between them): the
     parameters read in place, the saved activations handed to the backward uncopied, a second
     forward before the first's backward run without its graph; values as eager's, step by step."""
-    from minicomp.dispatch import dynamo
+    from minicomp.dispatch import dynamo, graphed_calls
 
     device, made = FakeDevice(), []
 
@@ -593,7 +593,7 @@ def test_training_through_torch_compile_with_stand_in_graphs(monkeypatch, forwar
         made.append(Graphs(limit=8, rerecords=8, device=device))
         return made[-1]
 
-    monkeypatch.setattr(dynamo, "_graphs", graphs)
+    monkeypatch.setattr(graphed_calls, "graphs", graphs)
     torch._dynamo.reset()
     eager, compiled = _mlp(), _mlp()
     graphed = torch.compile(compiled, backend=dynamo.backend, options={"cuda_graphs": True})
@@ -646,7 +646,7 @@ def test_jit_module_with_stand_in_graphs():
 def test_dynamic_sizes_through_torch_compile_with_stand_in_graphs(monkeypatch):
     """Dynamo's dynamic graph (a size as an input) graphed per size: each size its own graph, the
     bound over them kept."""
-    from minicomp.dispatch import dynamo
+    from minicomp.dispatch import dynamo, graphed_calls
 
     device = FakeDevice()
     made = []
@@ -655,7 +655,7 @@ def test_dynamic_sizes_through_torch_compile_with_stand_in_graphs(monkeypatch):
         made.append(Graphs(limit=2, rerecords=8, device=device))
         return made[-1]
 
-    monkeypatch.setattr(dynamo, "_graphs", graphs)
+    monkeypatch.setattr(graphed_calls, "graphs", graphs)
     torch._dynamo.reset()
 
     def f(x):
@@ -673,10 +673,10 @@ def test_dynamic_sizes_through_torch_compile_with_stand_in_graphs(monkeypatch):
 def test_static_cache_through_torch_compile_with_stand_in_graphs(monkeypatch):
     """A decoding step that writes the new position into a cache it is passed (transformers'
     StaticCache): each replay's write reaches the caller's cache, the outputs are right."""
-    from minicomp.dispatch import dynamo
+    from minicomp.dispatch import dynamo, graphed_calls
 
     device = FakeDevice()
-    monkeypatch.setattr(dynamo, "_graphs", lambda settings, inputs: Graphs(limit=4, rerecords=4, device=device))
+    monkeypatch.setattr(graphed_calls, "graphs", lambda settings, inputs: Graphs(limit=4, rerecords=4, device=device))
     torch._dynamo.reset()
 
     def step(cache, x, pos):
@@ -700,10 +700,10 @@ def test_gpt2_static_cache_decoding_with_stand_in_graphs(monkeypatch):
     graphs: the parameters and the cache read in place, the token and position copied in, each
     step's logits and cache as eager's."""
     transformers = pytest.importorskip("transformers")
-    from minicomp.dispatch import dynamo
+    from minicomp.dispatch import dynamo, graphed_calls
 
     device = FakeDevice()
-    monkeypatch.setattr(dynamo, "_graphs", lambda settings, inputs: Graphs(limit=4, rerecords=4, device=device))
+    monkeypatch.setattr(graphed_calls, "graphs", lambda settings, inputs: Graphs(limit=4, rerecords=4, device=device))
     torch._dynamo.reset()
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=16)
