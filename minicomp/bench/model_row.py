@@ -251,8 +251,9 @@ def child(job: dict) -> None:
             emit(gpu_ms=busy, host_ms=max(0.0, ms - busy))
         if step == "infer" and spec.decoder:
             emit(**new_lengths(spec, s, task, fn, device, dtype))
+        grads = gradients(task, fn, args, kwargs, target) if step == "train" else None
         del run, fn, task, args, kwargs, target
-        emit(**errors(job, spec, library, s, out, device, dtype), **_dynamo_counts(caught))
+        emit(**errors(job, spec, library, s, out, grads, device, dtype), **_dynamo_counts(caught))
 
 
 def new_lengths(spec, s, task, fn, device, dtype) -> dict:
@@ -264,22 +265,62 @@ def new_lengths(spec, s, task, fn, device, dtype) -> dict:
     return dict(second_len_s=seconds[0], new_len_s=seconds[1])
 
 
-def errors(job, spec, library, s, out: torch.Tensor, device: str, dtype) -> dict:
-    """err and err_fp32 of this row's first output; the eager row computes and saves both references
-    (its own output, and float32 eager's) for the rows after it."""
+def gradients(task: Task, fn, args, kwargs, target) -> list:
+    """A `sample` of each parameter's gradient after one training step (None where it has none)."""
+    fn(*args, target=target, **kwargs).backward()
+    grads = [None if p.grad is None else sample(p.grad) for p in task.parameters()]
+    task.zero_grad(set_to_none=True)
+    return grads
+
+
+def errors(job, spec, library, s, out: torch.Tensor, grads: list | None, device: str, dtype) -> dict:
+    """err and err_fp32 of this row's first output, err_mean_fp32 its mean error, and for a training
+    step grad_err_fp32 (`relative_error` of the gradients); the eager row computes and saves the
+    references (its own output, and float32 eager's output and gradients) for the rows after it."""
     path = Path(job["refs"]) / f"{job['model']}-{job['step']}.pt"
     if job["variant"] == "eager":
         if device == "cuda":
             torch.cuda.empty_cache()
         task = build_task(spec, library, s, job["step"], device, dtype, reference=True)
         args, kwargs, target = step_inputs(spec, s, job["step"], task, s.length, device, dtype, torch.float32)
-        with torch.no_grad():
+        if grads is None:
+            with torch.no_grad():
+                reference, reference_grads = sample(task(*args, target=target, **kwargs)), None
+        else:
             reference = sample(task(*args, target=target, **kwargs))
-        torch.save(dict(eager=out, fp32=reference), path)
+            reference_grads = gradients(task, task, args, kwargs, target)
+        torch.save(dict(eager=out, fp32=reference, grads_fp32=reference_grads), path)
     if not path.exists():
         return dict(err=None, err_fp32=None)
     refs = torch.load(path)
-    return dict(err=max_error(out, refs["eager"]), err_fp32=max_error(out, refs["fp32"]))
+    found = dict(
+        err=max_error(out, refs["eager"]),
+        err_fp32=max_error(out, refs["fp32"]),
+        err_mean_fp32=mean_error(out, refs["fp32"]),
+    )
+    if grads is not None and refs.get("grads_fp32") is not None:
+        found["grad_err_fp32"] = relative_error(grads, refs["grads_fp32"])
+    return found
+
+
+def mean_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        return float("nan")
+    return (a.double() - b.double()).abs().mean().item()
+
+
+def relative_error(grads: list, references: list) -> float:
+    """The median over parameters of sum|g - reference| / sum|reference|: one number per training
+    step whose noise averages out (a scalar loss's error is a single draw: with per-token errors of
+    about e, its error is about e / sqrt(tokens) whatever the compiler; docs/experiments.md). The
+    median, as a gradient that is zero but for rounding (an attention key's bias) has a relative
+    error in the hundreds."""
+    errors = [
+        ((g.double() - r.double()).abs().sum() / r.double().abs().sum().clamp_min(1e-30)).item()
+        for g, r in zip(grads, references, strict=True)
+        if g is not None and r is not None and g.shape == r.shape
+    ]
+    return statistics.median(errors) if errors else float("nan")
 
 
 def _dynamo_counts(caught) -> dict:

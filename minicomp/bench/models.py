@@ -51,6 +51,9 @@ Columns of a row:
   compiled: a graphed row's memory pool (issue #39 compares it with reduce-overhead's);
 - err: max |output - eager's| (train: the loss; else the logits, at most 2**20 evenly strided
   values); err_fp32: the same against float32 eager of the same (bf16-rounded) weights and inputs;
+  err_mean_fp32: the mean |output - float32 eager's|; grad_err_fp32 (train): the median over
+  parameters of sum |gradient - float32 eager's| / sum |float32 eager's| (a loss is one number, its
+  error one draw of the per-token errors' mean; the gradients' error is steady);
 - x_inductor (minicomp rows): minicomp / Inductor of ms, first_s, peak_mib, held_mib and host_ms; x_inductor_ro the
   same against reduce-overhead (decode rows);
 - fallbacks: minicomp's warnings of graphs run eagerly (their first lines); graphs and
@@ -170,7 +173,8 @@ COLUMNS = [
     ("gpu_ms", "GPU ms"), ("host_ms", "host ms"),
     ("first_s", "first s"), ("second_s", "second s"), ("import_s", "import s"), ("new_len_s", "new len s"),
     ("kernels", "kernels"),
-    ("peak_mib", "peak MiB"), ("err", "err"), ("err_fp32", "err fp32"), ("status", "status"),
+    ("peak_mib", "peak MiB"), ("err", "err"), ("err_fp32", "err fp32"), ("err_mean_fp32", "mean err fp32"),
+    ("grad_err_fp32", "grad err fp32"), ("status", "status"),
 ]  # fmt: skip
 
 
@@ -190,7 +194,7 @@ def _cell(key: str, row: dict) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
-        return f"{value:.3g}" if key.startswith("err") else f"{value:.2f}"
+        return f"{value:.3g}" if "err" in key else f"{value:.2f}"
     return str(value).replace("|", "/")
 
 

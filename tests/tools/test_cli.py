@@ -113,6 +113,17 @@ def test_gpu_busy_time_is_the_union_of_activity_ranges():
     assert busy_ms([]) == 0.0
 
 
+def test_gradient_error_is_relative_per_parameter_then_the_median():
+    # each parameter's error counts alike whatever its gradient's scale; a gradient that is zero
+    # but for rounding does not decide the number; no gradient: left out
+    from minicomp.bench.model_row import relative_error
+
+    reference = [torch.tensor([1.0, -1.0]), torch.tensor([1000.0, 1000.0]), torch.tensor([1e-9, 0.0]), None]
+    grads = [torch.tensor([1.5, -1.5]), torch.tensor([1100.0, 1000.0]), torch.tensor([1e-3, 0.0]), torch.ones(1)]
+    assert relative_error(grads, reference) == pytest.approx(0.5)
+    assert relative_error(reference, reference) == 0.0
+
+
 def test_aot_eager_rows_only_on_request():
     """The suite's `aot_eager` variant (a first call's floor through torch.compile) runs when named,
     after the default variants, and not by default."""
