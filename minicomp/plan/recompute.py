@@ -25,7 +25,9 @@ graph uses the value its loaders read. Another graph recomputing it would not kn
 step's backward recomputes the forward's values unrounded, and compared with a saved `amax` of the
 rounded one it matched nowhere (NaN gradients). So 16-bit values are written only in a graph no
 other graph recomputes from (`inference`: no backward follows); a training step's graphs write
-values that are stored exactly (float32, float64, integers).
+values that are stored exactly (float32, float64, integers). A training forward's saved 16-bit
+values are rounded where it computes them only where a selection reduction is computed from them
+(`compared`); elsewhere its own uses keep float32, as Inductor's do.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import math
 import networkx as nx
 
 from minicomp.ir import Graph, TensorMeta, dtypes
+from minicomp.lowering.ops import NodeKind
 from minicomp.plan.steps import Kernel, PointwiseKernel, ReductionKernel
 
 
@@ -69,6 +72,28 @@ def worth_writing(
         if saved > size:
             found.add(name)
     return found
+
+
+SELECTIONS = frozenset({"amax", "amin", "max", "min"})  # reductions whose backward compares elements with the result
+
+
+def compared(graph: Graph, kinds, saved: frozenset[str]) -> frozenset[str]:
+    """The values of `saved` (a training forward's values its backward reads) from which the
+    backward may recompute a value it compares with a saved result: those a selection reduction
+    (amax, amin, max, min) is computed from, through the kernels' values (an ATen call's result or
+    an input is loaded alike by both graphs), the reduction included. Only these are rounded
+    wherever the forward computes them (`rounded`): the backward's `x == amax` must see the x the
+    forward's amax saw, else it matches nowhere (NaN gradients). Every other saved value is held in
+    float32 by the forward's own uses, as Inductor's forward does, and rounded only where stored."""
+    cone: set[str] = set()
+    stack = [n for n in graph.order if kinds[n] is NodeKind.REDUCTION and graph[n].op_name in SELECTIONS]
+    while stack:
+        name = stack.pop()
+        if name in cone or graph[name].is_input or kinds[name] is NodeKind.EXTERN:
+            continue
+        cone.add(name)
+        stack.extend(a for a in graph[name].inputs() if a in graph.nodes)
+    return frozenset(saved) & cone
 
 
 def rounded(graph: Graph, written: set[str] | frozenset[str]) -> frozenset[str]:
