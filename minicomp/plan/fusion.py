@@ -72,8 +72,8 @@ def plan(
     pricing may not write (below: a kernel would launch only to write them). `inference`: no
     other graph recomputes this one's values (no backward follows), so rule 3 may write 16-bit
     values too (recompute.py). `saved`: a training forward's values its backward reads; a 16-bit
-    one a selection reduction is computed from is rounded wherever it is computed, as the value the
-    backward loads is (`Plan.rounded`, recompute.compared)."""
+    one a selection (amax, max, median...) is computed from is rounded wherever it is computed, as
+    the value the backward loads is (`Plan.rounded`, recompute.compared)."""
     kinds, reasons = stages.classify(graph)
     cut, misread, written, rounds = frozenset(cut), [], set(), 0
     while True:  # rule 5: a reduction read at another row than its own is read from memory
@@ -124,7 +124,7 @@ def plan(
         kinds,
         strides,
         space,
-        rounded=recompute.rounded(graph, written | recompute.compared(graph, kinds, saved)),
+        rounded=recompute.rounded(graph, written | recompute.compared(graph, saved)),
     )
     made = matmul.templated(made, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
     alone = {n for k in made.kernels if k.stores and set(k.stores) <= written for n in k.stores}

@@ -26,8 +26,9 @@ step's backward recomputes the forward's values unrounded, and compared with a s
 rounded one it matched nowhere (NaN gradients). So 16-bit values are written only in a graph no
 other graph recomputes from (`inference`: no backward follows); a training step's graphs write
 values that are stored exactly (float32, float64, integers). A training forward's saved 16-bit
-values are rounded where it computes them only where a selection reduction is computed from them
-(`compared`); elsewhere its own uses keep float32, as Inductor's do.
+values are rounded where it computes them only where a selection is computed from them, through
+anything the backward may recompute (`compared`); elsewhere its own uses keep float32, as
+Inductor's do.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import math
 import networkx as nx
 
 from minicomp.ir import Graph, TensorMeta, dtypes
-from minicomp.lowering.ops import NodeKind
 from minicomp.plan.steps import Kernel, PointwiseKernel, ReductionKernel
 
 
@@ -74,22 +74,32 @@ def worth_writing(
     return found
 
 
-SELECTIONS = frozenset({"amax", "amin", "max", "min"})  # reductions whose backward compares elements with the result
+# ops whose backward compares elements with their result (as a reduction kernel or an ATen call)
+SELECTIONS = frozenset({"amax", "amin", "max", "min", "median", "nanmedian", "kthvalue", "mode"})
 
 
-def compared(graph: Graph, kinds, saved: frozenset[str]) -> frozenset[str]:
+def compared(graph: Graph, saved: frozenset[str]) -> frozenset[str]:
     """The values of `saved` (a training forward's values its backward reads) from which the
-    backward may recompute a value it compares with a saved result: those a selection reduction
-    (amax, amin, max, min) is computed from, through the kernels' values (an ATen call's result or
-    an input is loaded alike by both graphs), the reduction included. Only these are rounded
-    wherever the forward computes them (`rounded`): the backward's `x == amax` must see the x the
-    forward's amax saw, else it matches nowhere (NaN gradients). Every other saved value is held in
-    float32 by the forward's own uses, as Inductor's forward does, and rounded only where stored."""
+    backward may recompute a value it compares with a saved result: those a selection (amax, amin,
+    max, min, median, kthvalue, mode: a reduction kernel or an ATen call) is computed from, the
+    selection included, through every value the partition may recompute, ATen calls too (an
+    `lgamma` before an amax is recomputed by the backward); the walk stops at inputs and at the
+    compute-intensive calls the partition never recomputes (matmuls, convolutions, attention),
+    whose results both graphs load alike. Only these are rounded wherever the forward computes
+    them (`rounded`): the backward's `x == amax` must see the x the forward's amax saw, else it
+    matches nowhere (NaN gradients). Every other saved value is held in float32 by the forward's
+    own uses, as Inductor's forward does, and rounded only where stored."""
+    if not saved:  # an inference graph, or a backward (and no import of AOTAutograd's partitioner)
+        return frozenset()
+    from torch._functorch.partitioners import get_default_op_list  # loaded already by the partition
+
+    never_recomputed = get_default_op_list().compute_intensive_ops
     cone: set[str] = set()
-    stack = [n for n in graph.order if kinds[n] is NodeKind.REDUCTION and graph[n].op_name in SELECTIONS]
+    stack = [n for n in graph.order if not graph[n].is_input and graph[n].op_name in SELECTIONS]
     while stack:
         name = stack.pop()
-        if name in cone or graph[name].is_input or kinds[name] is NodeKind.EXTERN:
+        node = graph[name]
+        if name in cone or node.is_input or getattr(node.target, "overloadpacket", None) in never_recomputed:
             continue
         cone.add(name)
         stack.extend(a for a in graph[name].inputs() if a in graph.nodes)

@@ -192,3 +192,31 @@ def test_a_saved_16_bit_value_no_selection_reads_keeps_float32_in_the_forward(de
     for mine, theirs, truth in zip(leaves, eager, exact):  # as close to float64 as eager's, or closer
         mine_error, eager_error = ((t.grad.double() - truth.grad).abs().mean() for t in (mine, theirs))
         assert mine_error <= 1.25 * eager_error, (mine_error, eager_error)
+
+
+def _normed(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@pytest.mark.parametrize(
+    "select",
+    [
+        lambda y: torch.max(y),  # an ATen call, not a reduction kernel
+        lambda y: torch.median(y),
+        lambda y: torch.lgamma(y.abs() + 1).amax(-1),  # an ATen call the backward recomputes before the amax
+    ],
+    ids=["max", "median", "amax_after_lgamma"],
+)
+@pytest.mark.parametrize("through", ["jit", "dynamo"])
+def test_a_saved_value_a_selection_is_computed_from_through_aten_calls_is_rounded(select, through):
+    """Found by the review of recompute.compared: its first version started only from amax/amin
+    reduction kernels and stopped at every ATen call, so the saved rsqrt kept float32 in the
+    forward while the backward recomputed the value from its rounded copy and compared it with
+    the saved max: no element matched, NaN gradients (seed 1 in bfloat16)."""
+    fn = lambda x, w: select(_normed(x, w))  # noqa: E731
+    compiled = minicomp.jit(fn) if through == "jit" else torch.compile(fn, backend="minicomp")
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(8, 16, generator=g).bfloat16(), torch.randn(16, generator=g).bfloat16()
+    leaves = [t.requires_grad_() for t in (x, w)]
+    compiled(*leaves).float().sum().backward()
+    assert all(bool(t.grad.isfinite().all()) for t in leaves)
