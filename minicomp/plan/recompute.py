@@ -75,7 +75,7 @@ def worth_writing(
 
 
 # ops whose backward compares elements with their result (as a reduction kernel or an ATen call)
-SELECTIONS = frozenset({"amax", "amin", "max", "min", "median", "nanmedian", "kthvalue", "mode"})
+SELECTIONS = frozenset({"amax", "amin", "max", "min", "median", "nanmedian", "kthvalue", "mode", "dist"})
 
 
 def compared(graph: Graph, saved: frozenset[str]) -> frozenset[str]:

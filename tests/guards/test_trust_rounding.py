@@ -204,8 +204,9 @@ def _normed(x, w):
         lambda y: torch.max(y),  # an ATen call, not a reduction kernel
         lambda y: torch.median(y),
         lambda y: torch.lgamma(y.abs() + 1).amax(-1),  # an ATen call the backward recomputes before the amax
+        lambda y: torch.dist(y, torch.ones_like(y), p=float("inf")),  # the second review: dist of inf order
     ],
-    ids=["max", "median", "amax_after_lgamma"],
+    ids=["max", "median", "amax_after_lgamma", "dist_inf"],
 )
 @pytest.mark.parametrize("through", ["jit", "dynamo"])
 def test_a_saved_value_a_selection_is_computed_from_through_aten_calls_is_rounded(select, through):
