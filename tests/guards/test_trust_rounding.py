@@ -204,9 +204,8 @@ def _normed(x, w):
         lambda y: torch.max(y),  # an ATen call, not a reduction kernel
         lambda y: torch.median(y),
         lambda y: torch.lgamma(y.abs() + 1).amax(-1),  # an ATen call the backward recomputes before the amax
-        lambda y: torch.dist(y, torch.ones_like(y), p=float("inf")),  # the second review: dist of inf order
     ],
-    ids=["max", "median", "amax_after_lgamma", "dist_inf"],
+    ids=["max", "median", "amax_after_lgamma"],
 )
 @pytest.mark.parametrize("through", ["jit", "dynamo"])
 def test_a_saved_value_a_selection_is_computed_from_through_aten_calls_is_rounded(select, through):
@@ -220,4 +219,15 @@ def test_a_saved_value_a_selection_is_computed_from_through_aten_calls_is_rounde
     x, w = torch.randn(8, 16, generator=g).bfloat16(), torch.randn(16, generator=g).bfloat16()
     leaves = [t.requires_grad_() for t in (x, w)]
     compiled(*leaves).float().sum().backward()
+    assert all(bool(t.grad.isfinite().all()) for t in leaves)
+
+
+def test_a_saved_value_dist_of_inf_order_is_computed_from_is_rounded():
+    """The second review of recompute.compared: torch.dist(y, z, p=inf) is a max too (NaN gradients
+    at seed 1 in bfloat16 before `dist` joined SELECTIONS)."""
+    fn = lambda x, w, z: torch.dist(_normed(x, w), z, p=float("inf"))  # noqa: E731
+    g = torch.Generator().manual_seed(1)
+    leaves = [t.bfloat16().requires_grad_() for t in (torch.randn(8, 16, generator=g), torch.randn(16, generator=g))]
+    leaves.append(torch.randn(8, 16, generator=g).bfloat16().requires_grad_())
+    minicomp.jit(fn)(*leaves).float().backward()
     assert all(bool(t.grad.isfinite().all()) for t in leaves)
