@@ -589,23 +589,34 @@ def test_training_through_torch_compile_with_stand_in_graphs(monkeypatch, forwar
 
     device, made = FakeDevice(), []
 
+    class Wrapping(Graphs):  # the callables it graphs, in order (the forward, then the backward)
+        def wrap(self, *args, **kwargs):
+            self.wrapped.append(super().wrap(*args, **kwargs))
+            return self.wrapped[-1]
+
     def graphs(settings, inputs):
-        made.append(Graphs(limit=8, rerecords=8, device=device))
+        made.append(Wrapping(limit=8, rerecords=8, device=device))
+        made[-1].wrapped = []
         return made[-1]
 
     monkeypatch.setattr(graphed_calls, "graphs", graphs)
     torch._dynamo.reset()
     eager, compiled = _mlp(), _mlp()
     graphed = torch.compile(compiled, backend=dynamo.backend, options={"cuda_graphs": True})
-    for a, b in zip(_train(graphed, 4, forwards_per_step), _train(eager, 4, forwards_per_step)):
+    for a, b in zip(_train(graphed, 6, forwards_per_step), _train(eager, 6, forwards_per_step)):
         torch.testing.assert_close(a, b)
     (graphs,) = made
-    forward, backward = (graphed for graphed, _ in graphs.kept.values())
+    forward, backward = graphs.wrapped
     # the forward's graph and the backward's, each recorded once, and once more for an input the
     # capture read in place that came at another address later (x, the tangent: temporaries the
-    # allocator may or may not put where the warm-up's were)
+    # allocator may or may not put where the warm-up's were). Such a call runs without the graph
+    # and drops its record, the next call records it again: after a move on the last step,
+    # `graphs.kept` holds one.
+    assert forward.refused is None and backward.refused is None
     assert 2 <= device.captures <= 2 + len(forward.buffered) + len(backward.buffered)
-    assert sum(g.replays for g in device.graphs) >= 6
+    assert 1 <= len(graphs.kept) <= 2
+    for graphed in forward, backward:  # 5 calls after the warm-up: at most a move and its miss lost
+        assert sum(g.replays for g in device.graphs if g.run is graphed.run) >= 3
     assert len(forward.static) == 4 and len(forward.dynamic) == 1  # the parameters in place, x not
     assert len(backward.dynamic) == 1  # only the tangent dynamic: saved values and parameters in place
     torch._dynamo.reset()
