@@ -46,6 +46,12 @@ class Compiled:
     module: types.ModuleType  # the generated module
     kernels: list[KernelCall]  # its kernel launches, in order
     times: dict[str, float] = field(default_factory=dict)  # seconds of each compile stage (`breakdown`)
+    renamed: dict[str, str] = field(default_factory=dict)  # fx node name -> the IR's, where they differ
+
+    def rounded_values(self) -> frozenset[str]:
+        """The fx names of the 16-bit values rounded wherever this graph computes them
+        (`Plan.rounded`): a training forward's, for its backward's `compile_graph(rounded=...)`."""
+        return frozenset(n.name for n in self.fx.graph.nodes if self.renamed.get(n.name, n.name) in self.plan.rounded)
 
     def breakdown(self) -> dict[str, float]:
         """Seconds this graph's compile spent: its stages (capture when function.py traced it,
@@ -94,6 +100,8 @@ def compile_graph(
     results_over_donated: bool = False,
     inference: bool = False,
     saved: frozenset[str] = frozenset(),
+    recomputed: frozenset[str] = frozenset(),
+    rounded: frozenset[str] = frozenset(),
 ) -> Compiled:
     """Compile one ATen graph. `families`: the kernel families of the function being compiled
     (codegen/families.py), so a new size of the same function reuses its kernels' text.
@@ -111,16 +119,25 @@ def compile_graph(
     16-bit values may be written to save later kernels' reads).
     `saved`: a training forward's values its backward reads (dispatch/saved_layouts.py): a 16-bit
     one is rounded wherever the forward computes it, so the forward's own uses see the value the
-    backward loads (`Plan.rounded`)."""
+    backward loads (`Plan.rounded`).
+    `recomputed`: a training forward's values its backward computes again (saved_layouts.py); a
+    16-bit one a selection is computed from is rounded too (recompute.compared).
+    `rounded`: a backward's values its forward rounded where it computed them (the forward's
+    `Compiled.rounded_values`), rounded here too: each graph computes them as the other does."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
-    saved = _as_named_in(graph, gm, saved)
+    renamed = ir.fx_names(gm, input_names)
+    rounding = {  # (fusion.plan's arguments that decide which 16-bit values are rounded where computed)
+        "saved": _as_named_in(graph, gm, saved),
+        "recomputed": frozenset(renamed.get(n, n) for n in recomputed) & set(graph.nodes),
+        "rounded": frozenset(renamed.get(n, n) for n in rounded) & set(graph.nodes),
+    }
     graph = common_subexpressions(graph)  # an op computed twice on the same arguments computed once
     graph = pad_matmuls(graph, any_layout)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")
-    plan = fusion.plan(graph, inference=inference, saved=saved)  # kinds, kernels, extern calls, their order, refusals
+    plan = fusion.plan(graph, inference=inference, **rounding)  # kinds, kernels, extern calls, their order, refusals
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
@@ -131,7 +148,7 @@ def compile_graph(
     try:
         rendered = _parsing(codegen.render_module, plan, name, families)  # Triton kernels + Python wrapper, as text
     except NotImplementedError as err:  # a kernel it cannot write: once more, that kernel's reductions unfused
-        plan = _unfused(plan, err, name, freed_inputs, output_layouts or [], inference, saved)
+        plan = _unfused(plan, err, name, freed_inputs, output_layouts or [], inference, rounding)
         rendered = _parsing(codegen.render_module, plan, name, families)
     source = rendered.text
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
@@ -145,7 +162,7 @@ def compile_graph(
     call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
     boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
     boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
-    return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times)
+    return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times, renamed)
 
 
 def _as_named_in(graph: ir.Graph, gm: torch.fx.GraphModule, returned: frozenset[str]) -> frozenset[str]:
@@ -176,7 +193,7 @@ def _parsing(stage: Callable, *args):
 
 
 def _unfused(
-    plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts, inference: bool, saved: frozenset[str]
+    plan: Plan, err: NotImplementedError, name: str, freed_inputs, layouts, inference: bool, rounding: dict
 ) -> Plan:
     """The plan again with each reduction kernel that codegen cannot write broken up: every edge
     from one of its reductions to a node it computes cut (fusion.plan's `cut`), so each reduction
@@ -201,7 +218,7 @@ def _unfused(
         ", ".join(k.name for k in failing),
         err,
     )
-    again = fusion.plan(plan.graph, frozenset(cut), inference=inference, saved=saved)
+    again = fusion.plan(plan.graph, frozenset(cut), inference=inference, **rounding)
     again = schedule.order(again, freed_inputs)
     again = _with_output_layouts(again, layouts)
     again = dataclasses.replace(

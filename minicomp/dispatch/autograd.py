@@ -187,7 +187,13 @@ class TrainingEntry:
                 raise chunk_tracing.Chunkable  # traced again with the product computed by chunks (_call)
             any_layout = saved_layouts.any_layout(gm)
             self.forward = compile_graph(
-                gm, f"{name}_forward", input_names, families, any_layout=any_layout, saved=saved_layouts.saved(gm)
+                gm,
+                f"{name}_forward",
+                input_names,
+                families,
+                any_layout=any_layout,
+                saved=saved_layouts.saved(gm),
+                recomputed=saved_layouts.recomputed(gm),
             )
             return self.forward.boxed
 
@@ -204,6 +210,7 @@ class TrainingEntry:
                         families=families,
                         freed_inputs=saved,
                         output_layouts=input_layouts(self.forward.fx),
+                        rounded=self.forward.rounded_values(),  # (computed again here: rounded alike)
                     )
                 except Exception as err:  # noqa: BLE001 - the backward runs as traced, by policy
                     from functorch.compile import make_boxed_func

@@ -79,9 +79,12 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                         freed_inputs=saved,
                         inference=inference,
                         saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
+                        recomputed=saved_layouts.recomputed(gm) if role == "forward" else frozenset(),
+                        rounded=forward.get("rounded", frozenset()) if backward else frozenset(),
                     )
                 if role == "forward":  # (the values its backward reads, for a fallback's copies)
                     static.meta.setdefault(saved_layouts.SAVED, saved_layouts.saved(gm))
+                    forward["rounded"] = forward.get("rounded", frozenset()) | compiled.rounded_values()
                 boxed = checked_first_call(compiled, static, fail, part)  # (a first call that fails: as captured)
                 if role == "forward":  # (a size of a dynamic graph: its views of inputs too)
                     boxed = returned_views.returning_views(boxed, static, of_inputs=True, of_outputs=inference)
@@ -118,9 +121,12 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                     results_over_donated=graphs is None,  # (a replayed forward would write over a gradient)
                     inference=inference,
                     saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
+                    recomputed=saved_layouts.recomputed(gm) if role == "forward" else frozenset(),
+                    rounded=forward.get("rounded", frozenset()) if backward else frozenset(),
                 )
             if role == "forward":  # the saved values it lays out unlike the traced graph, for its backward
                 forward["saved_layouts"] = saved_layouts.produced(gm, compiled)
+                forward["rounded"] = compiled.rounded_values()  # (its backward rounds them too)
                 forward["exclusive"] = donations.exclusive_outputs(compiled.plan)
             run = eager_when_reentered(checked_first_call(compiled, gm, fail, name), compiled, gm)
             run = donations.kept(saved_layouts.conformed(run, checks), gm, donated)

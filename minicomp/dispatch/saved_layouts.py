@@ -28,6 +28,7 @@ from minicomp.runtime.externs import conform
 
 ANY_LAYOUT = "minicomp_any_layout"  # forward graph meta: saved outputs only the backward reads
 SAVED = "minicomp_saved"  # forward graph meta: the outputs the backward reads (its saved activations)
+RECOMPUTED = "minicomp_recomputed"  # forward graph meta: its values the backward computes again
 _MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
 
 
@@ -35,7 +36,7 @@ def mark(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> None:
     """Record on `forward`'s meta the names of its saved matmul products that the backward alone
     reads (not returned to the caller as well, who sees eager's layout) and can read with a gap
     after each row (fake tensors propagated through it with such a layout: a padded product's),
-    and the names of all its values the backward reads (`saved`)."""
+    and the names of all its values the backward reads (`saved`) or computes again (`recomputed`)."""
     outputs = [a for a in _output_args(forward) if isinstance(a, torch.fx.Node)]
     once = {n.name: n for n in outputs if outputs.count(n) == 1 and n.target in _MATMULS}
     probes = {}
@@ -46,6 +47,7 @@ def mark(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> None:
     names = set(probes) if probes and _propagated(backward, probes, keep=False) else set()
     forward.meta[ANY_LAYOUT] = frozenset(names)
     forward.meta[SAVED] = saved_activations(forward, backward)
+    forward.meta[RECOMPUTED] = recomputed_values(forward, backward)
 
 
 def any_layout(forward: torch.fx.GraphModule) -> frozenset[str]:
@@ -55,6 +57,21 @@ def any_layout(forward: torch.fx.GraphModule) -> frozenset[str]:
 def saved(forward: torch.fx.GraphModule) -> frozenset[str]:
     """The forward's values its backward reads, as the partition recorded them (`mark`)."""
     return forward.meta.get(SAVED, frozenset())
+
+
+def recomputed(forward: torch.fx.GraphModule) -> frozenset[str]:
+    """The forward's values its backward computes again, as the partition recorded them (`mark`)."""
+    return forward.meta.get(RECOMPUTED, frozenset())
+
+
+def recomputed_values(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:
+    """The forward's computed values that the backward computes again: the partition copies each
+    node of the joint graph it recomputes into the backward under its name (names are unique in
+    the joint graph), so a computed node of both graphs with one name is one value."""
+    computed = {n.name: n.target for n in forward.graph.nodes if n.op == "call_function"}
+    return frozenset(
+        n.name for n in backward.graph.nodes if n.op == "call_function" and computed.get(n.name) == n.target
+    )
 
 
 def saved_activations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> frozenset[str]:

@@ -5,6 +5,6 @@ cse.py      common_subexpressions(): an op computed twice on the same arguments 
 dtypes.py   dtype tables: Triton names, compute dtypes, 16-bit rounding
 """
 
-from minicomp.ir.graph import RESERVED, Graph, Node, Ref, SymbolicSize, TensorMeta, from_fx, is_reserved
+from minicomp.ir.graph import RESERVED, Graph, Node, Ref, SymbolicSize, TensorMeta, from_fx, fx_names, is_reserved
 
-__all__ = ["RESERVED", "Graph", "Node", "Ref", "SymbolicSize", "TensorMeta", "from_fx", "is_reserved"]
+__all__ = ["RESERVED", "Graph", "Node", "Ref", "SymbolicSize", "TensorMeta", "from_fx", "fx_names", "is_reserved"]

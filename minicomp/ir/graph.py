@@ -267,6 +267,11 @@ def is_reserved(name: str) -> bool:
     return name in RESERVED or _GENERATED.fullmatch(name) is not None
 
 
+def fx_names(gm: torch.fx.GraphModule, input_names: list[str] | None = None) -> dict[str, str]:
+    """{fx node name: the IR's name for it} where `from_fx` renames it (the rest keep theirs)."""
+    return _names(gm, input_names)
+
+
 def _names(gm: torch.fx.GraphModule, wanted: list[str] | None) -> dict[str, str]:
     """Node renames: make_fx's `x_1` becomes the user's `x` where that is free, and a name that
     generated code reserves (`is_reserved`) becomes a free one (`x0` -> `x0_v`)."""

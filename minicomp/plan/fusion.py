@@ -65,6 +65,8 @@ def plan(
     kept_inline: frozenset[str] = frozenset(),
     inference: bool = False,
     saved: frozenset[str] = frozenset(),
+    recomputed: frozenset[str] = frozenset(),
+    rounded: frozenset[str] = frozenset(),
 ) -> Plan:
     """The kernels and extern calls that compute `graph`, in stage order (schedule.py reorders).
     `cut`: (value, user) edges to plan across a kernel boundary, whatever the rules say
@@ -73,7 +75,9 @@ def plan(
     other graph recomputes this one's values (no backward follows), so rule 3 may write 16-bit
     values too (recompute.py). `saved`: a training forward's values its backward reads; a 16-bit
     one a selection (amax, max, median...) is computed from is rounded wherever it is computed, as
-    the value the backward loads is (`Plan.rounded`, recompute.compared)."""
+    the value the backward loads is (`Plan.rounded`, recompute.compared); `recomputed`: its values
+    the backward computes again, rounded alike. `rounded`: a backward's values its forward rounded,
+    rounded here too."""
     kinds, reasons = stages.classify(graph)
     cut, misread, written, rounds = frozenset(cut), [], set(), 0
     while True:  # rule 5: a reduction read at another row than its own is read from memory
@@ -124,7 +128,7 @@ def plan(
         kinds,
         strides,
         space,
-        rounded=recompute.rounded(graph, written | recompute.compared(graph, saved)),
+        rounded=recompute.rounded(graph, written | recompute.compared(graph, saved, recomputed) | rounded),
     )
     made = matmul.templated(made, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
     alone = {n for k in made.kernels if k.stores and set(k.stores) <= written for n in k.stores}
