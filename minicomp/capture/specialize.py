@@ -183,8 +183,12 @@ def _graph_name(gm: torch.fx.GraphModule) -> str:
     return type(gm).__name__
 
 
+RETRACED = "minicomp_retraced"  # a static graph's meta: traced again, its nodes named anew (not `gm`'s names)
+
+
 def retraced(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list[int]]:
-    """`gm` traced again on these call values (make_fx on fake tensors), as `concrete` returns it."""
+    """`gm` traced again on these call values (make_fx on fake tensors), as `concrete` returns it.
+    Its nodes are named anew (marked `RETRACED`): a name of `gm`'s may be another value there."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
@@ -198,6 +202,7 @@ def retraced(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule
 
     with torch.no_grad():  # an AOTAutograd graph is already its forward or its backward
         static = make_fx(run, tracing_mode="fake", _allow_non_fake_inputs=True)(*[args[i] for i in positions])
+    static.meta[RETRACED] = True
     return static, positions
 
 

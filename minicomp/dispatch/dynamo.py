@@ -70,6 +70,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
         if specialize.is_dynamic(gm):  # Dynamo made a size dynamic
 
             def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
+                # the values by name of `gm` (a retraced size names its nodes anew: none)
+                renamed = static.meta.get(specialize.RETRACED, False)
                 with config.override(**settings):
                     compiled = compile_graph(
                         static,
@@ -79,12 +81,13 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                         freed_inputs=saved,
                         inference=inference,
                         saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
-                        recomputed=saved_layouts.recomputed(gm) if role == "forward" else frozenset(),
-                        rounded=forward.get("rounded", frozenset()) if backward else frozenset(),
+                        recomputed=saved_layouts.recomputed(gm) if role == "forward" and not renamed else frozenset(),
+                        rounded=forward.get("rounded", frozenset()) if backward and not renamed else frozenset(),
                     )
                 if role == "forward":  # (the values its backward reads, for a fallback's copies)
                     static.meta.setdefault(saved_layouts.SAVED, saved_layouts.saved(gm))
-                    forward["rounded"] = forward.get("rounded", frozenset()) | compiled.rounded_values()
+                    if not renamed:
+                        forward["rounded"] = forward.get("rounded", frozenset()) | compiled.rounded_values()
                 boxed = checked_first_call(compiled, static, fail, part)  # (a first call that fails: as captured)
                 if role == "forward":  # (a size of a dynamic graph: its views of inputs too)
                     boxed = returned_views.returning_views(boxed, static, of_inputs=True, of_outputs=inference)

@@ -254,3 +254,41 @@ def test_a_value_the_backward_computes_again_for_a_logsumexp_is_rounded_in_both_
     for ours, eager, exact in zip(grads["minicomp"], grads["eager"], grads["float64"]):
         assert (ours - exact).abs().max() <= (eager - exact).abs().max() * 1.05
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("retrace", [False, True], ids=["substituted", "retraced"])
+def test_a_dynamic_graphs_sizes_round_by_name_only_where_the_names_are_its_own(monkeypatch, retrace):
+    """Found by the review of the names passed between the graphs: a size of a dynamic graph traced
+    again (specialize.retraced: an input laid out unlike the graph's) names its nodes anew, and
+    `mul_3`, the dynamic forward's `a * b * 10`, was a gradient's product in the retraced backward
+    (a's error against float64 4.9, against 3.6 before the names were passed and eager's 0.12).
+    A retraced size now gets no names; a substituted one keeps the dynamic graph's."""
+    from minicomp.capture import specialize
+    from minicomp.dispatch import dynamo
+
+    if retrace:
+
+        def not_substitutable(gm, args):
+            raise specialize.NotSubstitutable("forced by the test")
+
+        monkeypatch.setattr(specialize, "substituted", not_substitutable)
+    given, compile_graph = [], dynamo.compile_graph
+
+    def recording(gm, name, *args, **kwargs):
+        given.append((kwargs.get("recomputed", frozenset()), kwargs.get("rounded", frozenset())))
+        return compile_graph(gm, name, *args, **kwargs)
+
+    monkeypatch.setattr(dynamo, "compile_graph", recording)
+    torch._dynamo.reset()
+    fn = lambda a, b: torch.logsumexp(a * b * 10, -1)  # noqa: E731
+    compiled = torch.compile(fn, backend="minicomp", dynamic=True)
+    torch.manual_seed(4)
+    leaves = [torch.randn(4, 9, dtype=torch.bfloat16).requires_grad_() for _ in range(2)]
+    compiled(*leaves).backward(torch.randn(4, dtype=torch.bfloat16))
+    assert all(bool(t.grad.isfinite().all()) for t in leaves)
+    (forward_names, _), (_, backward_names) = given
+    if retrace:
+        assert not forward_names and not backward_names
+    else:
+        assert forward_names and backward_names
+    torch._dynamo.reset()
