@@ -51,7 +51,8 @@ class Compiled:
     def rounded_values(self) -> frozenset[str]:
         """The fx names of the 16-bit values rounded wherever this graph computes them
         (`Plan.rounded`): a training forward's, for its backward's `compile_graph(rounded=...)`."""
-        return frozenset(n.name for n in self.fx.graph.nodes if self.renamed.get(n.name, n.name) in self.plan.rounded)
+        computed = (n.name for n in self.fx.graph.nodes if n.op == "call_function")
+        return frozenset(name for name in computed if self.renamed.get(name, name) in self.plan.rounded)
 
     def breakdown(self) -> dict[str, float]:
         """Seconds this graph's compile spent: its stages (capture when function.py traced it,

@@ -26,8 +26,9 @@ step's backward recomputes the forward's values unrounded, and compared with a s
 rounded one it matched nowhere (NaN gradients). So 16-bit values are written only in a graph no
 other graph recomputes from (`inference`: no backward follows); a training step's graphs write
 values that are stored exactly (float32, float64, integers). A training forward's saved 16-bit
-values are rounded where it computes them only where a selection is computed from them, through
-anything the backward may recompute (`compared`); elsewhere its own uses keep float32, as
+values, and those its backward computes again, are rounded where it computes them only where a
+selection is computed from them, through anything the backward may recompute (`compared`); the
+backward rounds the recomputed ones alike. Elsewhere the forward's own uses keep float32, as
 Inductor's do.
 """
 
