@@ -71,6 +71,13 @@ def kernel_text(source: str) -> list[str]:
     return re.findall(r"^@triton\.jit(?:\([^\n]*\))?\ndef mc_.*?(?=^launch_)", source, flags=re.M | re.S)
 
 
+def aten_call(source: str, op: str = "") -> bool:
+    """Whether generated `source` runs an ATen op whose name starts with `op` ("mm", "index_put",
+    "" for any) as an ATen call: through `torch.ops.aten.<op>...` or through torch's Python binding,
+    whose line names the op in a trailing `# binding of aten.<op>...` (codegen/aten_bindings.py)."""
+    return re.search(r"(torch\.ops\.aten\.|  # binding of aten\.)" + re.escape(op), source) is not None
+
+
 def tolerance(dtype: torch.dtype) -> dict:
     """Fused code keeps float32 between ops where eager rounds each op to 16 bits."""
     return {torch.float16: dict(atol=2e-3, rtol=2e-3), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}.get(dtype, {})

@@ -4,8 +4,9 @@
 
 `(x + y).relu()` on 1024 float32 elements with `cuda_graphs=True`, after 5 calls: the host µs of
 the whole call, of torch's `CUDAGraph.replay()` alone, of the record's replay (the outputs handed
-out), of the hand-out alone, and of the hot path's call (dispatch/hot_path.py), each the least of 3
-rounds with the GPU held busy by a sleep (step_host_time.py's method). The GPU only.
+out), of the hand-out alone (a new storage each call), and of the hot path's call
+(dispatch/hot_path.py), each the least of 3 rounds with the GPU held busy by a sleep
+(step_host_time.py's method). The GPU only.
 """
 
 import torch
@@ -32,7 +33,8 @@ def main() -> None:
     print("graphed call", host_us(lambda: jitted(x, y)))
     print("graph.replay", host_us(record.graph.replay))
     print("record.replay", host_us(lambda: record.replay(None)))
-    print("hand_out", host_us(lambda: record.plan.hand_out(record.outputs, None)))
+    plan = record.plan  # (a new storage each call: nothing handed out before)
+    print("hand_out", host_us(lambda: plan.hand_out(plan.ready([]), record.outputs, None)))
     hot = getattr(jitted, "_hot", None)
     if hot is not None:
         print("hot call", host_us(lambda: hot((x, y), None)))

@@ -20,14 +20,25 @@ from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import alike, combo, matmul, pointwise, reduction, row_products, scan, scatter, view_layouts
+from minicomp.codegen import (
+    alike,
+    aten_bindings,
+    combo,
+    matmul,
+    pointwise,
+    reduction,
+    row_products,
+    scan,
+    scatter,
+    view_layouts,
+)
 from minicomp.codegen.assigned import check_assigned
 from minicomp.codegen.combo import Piece
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
 from minicomp.codegen.reuse import extern_written_in_place, reused_in_place, scatter_written_in_place, written_in_place
 from minicomp.codegen.templates import ENV
-from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, safe_name
+from minicomp.codegen.wrapper import conform_line, doc_line, extern_line, freed, method_view, safe_name
 from minicomp.ir import TensorMeta
 from minicomp.lowering.layout import attention_mask, mask_strides
 from minicomp.plan.fusion import Extern, Kernel, Plan
@@ -100,6 +111,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         ),
         constants=list(graph.constants),
         wrapper=wrapper,
+        no_torch_function=body.torch_level,
     )
     check_assigned(text)  # a kernel reading a name it never assigned is refused now, not when it runs
     return ModuleSource(text, body.calls)
@@ -116,6 +128,9 @@ class _Body:
         self.kernels: list[str] = []
         self.calls: list[KernelCall] = []
         self.runtime_names = {"Launch"}  # what the module imports from minicomp.runtime
+        # a line calls torch's Python API (a binding: codegen/aten_bindings.py; a view method), which
+        # dispatches __torch_function__: `call` runs with torch functions disabled then
+        self.torch_level = False
         self.combines = False  # whether a kernel calls combine.py.j2's helpers (a reduction, a scan, a one-row matmul)
         self.wrapper: list[str] = []
         self.uses: list[set[str]] = []  # the buffers each line of `wrapper` touches
@@ -155,11 +170,18 @@ class _Body:
                 self.runtime_names.add("reinterpret")
                 self.line(made.line, {step.node, made.root})
             return
-        self.line(extern_line(node, rename), {step.node, *node.inputs(), *rename.values()})
+        bound = aten_bindings.binding(node.target, node.args, node.kwargs, self.meta_of)
+        self.torch_level |= bound is not None or method_view(node)
+        self.line(extern_line(node, rename, bound), {step.node, *node.inputs(), *rename.values()})
         read = self.graph.users(step.node) or step.node in self.graph.outputs
         if isinstance(node.meta, TensorMeta) and read:  # the real layout may not be the meta kernel's
             self.runtime_names.add("conform")
             self.line(conform_line(node), {step.node})
+
+    def meta_of(self, name: str):
+        """The meta of value `name` (None for a local the graph does not name: a mask's aligned copy)."""
+        node = self.graph.nodes.get(name)
+        return None if node is None else node.meta
 
     def as_meta(self, name: str) -> bool:
         """Is value `name` laid out as its meta says when `call` runs: an input (guarded), an

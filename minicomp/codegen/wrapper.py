@@ -50,30 +50,34 @@ def doc_line(line: str) -> str:
 VIEWS = {"aten.view.default": "view", "aten.permute.default": "permute", "aten.unsqueeze.default": "unsqueeze"}
 
 
-def extern_line(node, rename: dict[str, str] | None = None) -> str:
+def extern_line(node, rename: dict[str, str] | None = None, bound: str | None = None) -> str:
     """The line of `call` that runs extern node `node` through ATen (`rename`: values passed
-    under another local's name, as an attention mask copied into the layout SDPA needs)."""
+    under another local's name, as an attention mask copied into the layout SDPA needs; `bound`:
+    the Python binding it calls, codegen/aten_bindings.py, else its OpOverload's `_op`)."""
     if rename:
         node = copy.copy(node)
         node.args, node.kwargs = _renamed(node.args, rename), _renamed(node.kwargs, rename)
     if node.target is operator.getitem:
         return f"{node.name} = {render_arg(node.args[0])}[{node.args[1]!r}]"
-    if _method_view(node):
+    if method_view(node):
         return f"{node.name} = {node.args[0].name}.{VIEWS[str(node.target)]}({render_arg(node.args[1])})"
     target = node.target
-    if isinstance(target, torch._ops.OpOverload):
+    if bound is not None:
+        call = bound
+    elif isinstance(target, torch._ops.OpOverload):
         call = f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
     else:
         call = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
     if not DOTTED.fullmatch(call):
         raise NotImplementedError(f"cannot call {call!r} from generated code")
-    if isinstance(target, torch._ops.OpOverload):
+    if bound is None and isinstance(target, torch._ops.OpOverload):
         call += "._op"  # its C++ operator: OpOverload.__call__ is one Python frame around it (0.3 us)
     args = [render_arg(a) for a in node.args] + [f"{k}={render_arg(v)}" for k, v in node.kwargs.items()]
-    return f"{node.name} = {call}({', '.join(args)})"
+    named = f"  # binding of {target}" if bound is not None else ""  # (the op it runs, by its ATen name)
+    return f"{node.name} = {call}({', '.join(args)}){named}"
 
 
-def _method_view(node) -> bool:
+def method_view(node) -> bool:
     """Whether extern node `node` is a view op its line calls as the tensor's method."""
     return str(node.target) in VIEWS and not node.kwargs and len(node.args) == 2 and isinstance(node.args[0], Ref)
 

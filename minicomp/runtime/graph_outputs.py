@@ -32,7 +32,7 @@ _cuda_tensor_at = getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Met
 class View:
     """One output as a view of a handed memory: its index among the outputs and its metadata."""
 
-    __slots__ = ("index", "dtype", "shape", "stride", "offset", "meta")
+    __slots__ = ("index", "dtype", "shape", "stride", "offset", "meta", "on")
 
     def __init__(self, index: int, t: torch.Tensor, base: int = 0):
         """`base`: an offset `offset` is taken from (an input's first element, for its views)."""
@@ -44,10 +44,13 @@ class View:
             t.storage_offset() - base,
         )
         self.meta = {"size": t.shape, "stride": t.stride(), "dtype": t.dtype, "storage_offset": self.offset}
+        # on(storage) -> the view: one C++ call on a GPU
+        self.on = self._on_cuda if _cuda_tensor_at is not None and t.is_cuda else self._on_any
 
-    def on(self, storage: torch.UntypedStorage) -> torch.Tensor:
-        if _cuda_tensor_at is not None and storage.device.type == "cuda":
-            return _cuda_tensor_at(self.meta, storage)
+    def _on_cuda(self, storage: torch.UntypedStorage) -> torch.Tensor:
+        return _cuda_tensor_at(self.meta, storage)
+
+    def _on_any(self, storage: torch.UntypedStorage) -> torch.Tensor:
         return torch.empty(0, dtype=self.dtype, device=storage.device).set_(
             storage, self.offset, self.shape, self.stride
         )
@@ -114,22 +117,32 @@ class OutputPlan:
                 memory.views.append(View(i, o))
         self.memories = list(memories.values())
 
-    def hand_out(
-        self, outputs: tuple, inputs: list, before: list[torch.UntypedStorage] = ()
-    ) -> tuple[list, list[torch.UntypedStorage]]:
-        """(what the caller gets, the storages handed out over the pool's memory). `before`: the
-        storages the last call handed out, settled (settle_held): one no caller holds any more is
-        still over its memory and is handed out again, a storage fewer to make."""
-        results = list(outputs)
-        handed = []
+    def ready(self, before: list) -> list:
+        """Before a replay writes the pool's memory: the storage each memory's outputs are handed
+        out on (one per memory), given `before`, those the last call handed out. One no caller
+        holds any more is still over its memory and is handed out again (a storage fewer to make);
+        one a caller holds is settled first (moved out or marked: `settle`) and a new one made.
+        Copied plans hand out clones made after the replay: nothing here."""
+        if self.copied:
+            return []
+        storages = []
         for m, memory in enumerate(self.memories):
-            if self.copied:  # one copy a memory: outputs that view it stay views of one another
-                storage = outputs[memory.views[0].index].untyped_storage().clone()
-            else:
-                storage = before[m] if m < len(before) else None  # (None: settle_held moved or marked it)
-                if storage is None or _use_count(storage._cdata) > 1 or storage.data_ptr() != memory.ptr:
-                    storage = torch._C._construct_storage_from_data_pointer(memory.ptr, memory.device, memory.nbytes)
-                handed.append(storage)
+            storage = before[m] if m < len(before) else None  # (None: settled already)
+            if storage is not None and _use_count(storage._cdata) > 1:
+                settle(storage)
+                storage = None
+            if storage is None or storage.data_ptr() != memory.ptr:  # (a caller may resize a storage it dropped)
+                storage = torch._C._construct_storage_from_data_pointer(memory.ptr, memory.device, memory.nbytes)
+            storages.append(storage)
+        return storages
+
+    def hand_out(self, storages: list, outputs: tuple, inputs: list) -> list:
+        """What the caller gets after the replay: the outputs as views of `storages` (`ready`'s),
+        new aliases of the inputs captured in place, views of the caller's inputs, empty tensors."""
+        results = list(outputs)
+        if self.copied:  # one copy a memory: outputs that view it stay views of one another
+            storages = [outputs[memory.views[0].index].untyped_storage().clone() for memory in self.memories]
+        for storage, memory in zip(storages, self.memories):
             for view in memory.views:
                 results[view.index] = view.on(storage)
         for i in self.aliased:
@@ -140,7 +153,7 @@ class OutputPlan:
         for i in self.empty:
             o = outputs[i]
             results[i] = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device)
-        return results, handed
+        return results
 
 
 _moves = hasattr(torch.UntypedStorage, "_swap_data_ptr_")  # torch >= 2.12
@@ -156,19 +169,26 @@ _use_count = torch._C._storage_Use_Count
 
 
 def settle_held(storages: list) -> None:
-    """Each storage a caller still holds (more references than this list's own), before the graph's
-    memory is written again: moved to memory of its own with its values, or, where storages cannot
-    move, marked so that reading it raises STALE; its place in the list becomes None (never handed
-    out again: one marked stays marked after its holder drops it, even while the graph replays)."""
+    """Each storage of `storages` a caller still holds (more references than this list's own),
+    before the graph's memory is written again (its record dropped): settled (`settle`), its place
+    in the list None (never handed out again: one marked stays marked after its holder drops it,
+    even while the graph replays)."""
     for k, storage in enumerate(storages):
         if storage is not None and _use_count(storage._cdata) > 1:
             storages[k] = None
-            if _moves and not _capturing():  # (a record collected while another graph captures: no copy then)
-                own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device).untyped_storage()
-                own.copy_(storage)
-                storage._swap_data_ptr_(own)  # the caller's tensors now read `own`'s memory; `own` the pool's
-            elif _poison is not None:
-                _poison(storage._cdata, STALE)
+            settle(storage)
+
+
+def settle(storage: torch.UntypedStorage) -> None:
+    """A storage a caller holds over the pool's memory: moved to memory of its own with its values
+    (the caller's tensors move with it), or, where storages cannot move, marked so that reading it
+    raises STALE."""
+    if _moves and not _capturing():  # (a record collected while another graph captures: no copy then)
+        own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device).untyped_storage()
+        own.copy_(storage)
+        storage._swap_data_ptr_(own)  # the caller's tensors now read `own`'s memory; `own` the pool's
+    elif _poison is not None:
+        _poison(storage._cdata, STALE)
 
 
 def _capturing() -> bool:

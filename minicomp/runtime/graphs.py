@@ -134,11 +134,13 @@ class Record:
         "handed",
         "saved",
         "base",
+        "launch",
         "__weakref__",  # (a hot path holds its record weakly: dispatch/hot_path.py)
     )
 
     def __init__(self, graph, buffers, static_ptrs, outputs, plan: OutputPlan):
         self.graph = graph
+        self.launch = _launcher(graph)  # graph.replay
         self.buffers = buffers  # [(slot, buffer, flat memory or None)] of the copied inputs
         self.static_ptrs = static_ptrs  # [(slot, data_ptr)] of the inputs captured in place (static or not)
         self.slots = [i for i, _ in static_ptrs]  # ... as torch._C._tensors_data_ptrs_at_indices_equal takes them:
@@ -166,10 +168,10 @@ class Record:
         """Replay the graph (its inputs in place or copied already) and hand out its outputs: what a
         caller still holds of the previous call's moves out of the graph's memory first (or is
         marked stale: graph_outputs.py)."""
-        settle_held(self.handed)
-        self.graph.replay()
-        results, self.handed = self.plan.hand_out(self.outputs, inputs, self.handed)
-        return results
+        plan = self.plan
+        storages = self.handed = plan.ready(self.handed)
+        self.launch()
+        return plan.hand_out(storages, self.outputs, inputs)
 
     def release(self) -> None:
         """The record is dropped (its memory goes back to the pool): what callers hold of its
@@ -180,6 +182,14 @@ class Record:
     def __del__(self):
         with contextlib.suppress(Exception):  # (at interpreter exit, torch may be gone)
             self.release()
+
+
+def _launcher(graph):
+    """`graph.replay`; for a torch.cuda.CUDAGraph without an input liveness tracker (a debugging
+    option minicomp does not ask for), its C++ method: what torch's Python method calls then."""
+    if isinstance(graph, torch.cuda.CUDAGraph) and getattr(graph, "_tracker", None) is None:
+        return torch._C._CUDAGraph.replay.__get__(graph)
+    return graph.replay
 
 
 def _references(tensors) -> list[tuple[int, int, int]]:
@@ -334,19 +344,8 @@ class Graphed:
         """Replay `record`, its inputs at the addresses it reads in place (checked by the caller):
         the others copied into its buffers, its outputs handed out. `args` is consumed (cleared),
         as a boxed call's are."""
-        targets, sources = [], []
-        for i, buffer, memory in record.buffers:
-            value = args[i]
-            if value.data_ptr() != buffer.data_ptr():
-                if memory is None:
-                    targets.append(buffer)
-                    sources.append(value)
-                else:
-                    copy_into(buffer, memory, value)
-        if len(targets) > 1:
-            torch._foreach_copy_(targets, sources)  # one launch on a GPU
-        elif targets:
-            targets[0].copy_(sources[0])
+        if record.buffers:
+            _copy_inputs(record.buffers, args)
         inputs = list(args) if record.plan.of_inputs else None  # (outputs that view an input's buffer)
         args.clear()
         self.misses = 0
@@ -380,6 +379,23 @@ class Graphed:
                 logs.cudagraphs.info("%s: a static input moved: recording its graph again", self.name)
                 self.warmed.add(key)  # warmed up already: the next call captures
         return self.run(args)
+
+
+def _copy_inputs(buffers: list, args: list) -> None:
+    """Each input a record reads from its buffer copied there, unless it is that buffer."""
+    targets, sources = [], []
+    for i, buffer, memory in buffers:
+        value = args[i]
+        if value.data_ptr() != buffer.data_ptr():
+            if memory is None:
+                targets.append(buffer)
+                sources.append(value)
+            else:
+                copy_into(buffer, memory, value)
+    if len(targets) > 1:
+        torch._foreach_copy_(targets, sources)  # one launch on a GPU
+    elif targets:
+        targets[0].copy_(sources[0])
 
 
 def _first_line(err: Exception) -> str:

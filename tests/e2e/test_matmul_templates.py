@@ -11,14 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, grads_match, kernel_count
+from conftest import aten_call, check, grads_match, kernel_count
 
 import minicomp
 import minicomp.dispatch.dynamo  # noqa: F401  (registers the backend)
 from minicomp import config
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-ATEN_MM = "torch.ops.aten.mm"  # the wrapper's line for an ATen matmul
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +37,7 @@ def _kinds(compiled) -> list[str]:
 def test_bias_gelu_epilogue_is_one_kernel(device, dtype):
     x, w, b = (torch.randn(s, dtype=dtype, device=device) for s in ((33, 17), (17, 45), (45,)))
     source = check(lambda x, w, b: F.gelu(x @ w + b), x, w, b, kernels=1)
-    assert "tl.dot(" in source and ATEN_MM not in source
+    assert "tl.dot(" in source and not aten_call(source, "mm")
     assert "tl.store(out_ptr" in source and source.count("tl.store(") == 1  # the product is not written
 
 
@@ -208,7 +207,7 @@ def test_one_row_products_run_as_the_template_by_default_on_cuda():
     with config.override(matmul="library"):
         torch.testing.assert_close(fn(x, w, b), F.gelu(F.linear(x, w, b.to(x.dtype))), atol=2e-2, rtol=2e-2)
         source = fn.source(x, w, b)
-        assert ROW_FORM in source and ATEN_MM not in source and "torch.ops.aten.addmm" not in source
+        assert ROW_FORM in source and not aten_call(source, "mm") and not aten_call(source, "addmm")
         assert "one row read along K" in choices(fn.compiled(x, w, b).plan)[0]
         with config.override(matmul_rows=False):
             assert ROW_FORM not in minicomp.jit(lambda x, w: F.linear(x, w)).source(x, w)
@@ -237,7 +236,7 @@ def test_two_matmuls_of_one_stage_swiglu(device, dtype):
     fn = lambda x, w1, w3: F.silu(x @ w1) * (x @ w3)  # noqa: E731
     with config.override(matmul_siblings=True):
         source = check(fn, x, w1, w3, kernels=1)
-    assert ATEN_MM not in source and "(sibling)" in source and source.count("tl.store(") == 1
+    assert not aten_call(source, "mm") and "(sibling)" in source and source.count("tl.store(") == 1
     source = check(fn, x, w1, w3, kernels=2)  # the default: off (measured slower, docs/experiments.md)
     assert "(sibling)" not in source
 
@@ -283,10 +282,10 @@ def test_gradients_through_the_template(device, dtype):
     x = torch.randn(13, 20, dtype=dtype, device=device)
     w, b = torch.randn(20, 27, dtype=dtype, device=device), torch.randn(27, dtype=dtype, device=device)
     entry = grads_match(lambda x, w, b: torch.relu(x @ w + b), x, w, b)
-    assert _kinds(entry.forward)[0] == "matmul" and ATEN_MM not in entry.forward.source
+    assert _kinds(entry.forward)[0] == "matmul" and not aten_call(entry.forward.source, "mm")
     # dx = dy' @ w.t() and dw = x.t() @ dy', dy' the ReLU's gradient: templates reading transposed operands
     assert _kinds(entry.backward).count("matmul") == 2, entry.backward.source
-    assert ATEN_MM not in entry.backward.source
+    assert not aten_call(entry.backward.source, "mm")
 
 
 def test_torch_compile_backend(device):
@@ -311,10 +310,10 @@ def test_library_and_auto_on_cpu_keep_aten(device):
     fn = lambda x, w, b: torch.relu(x @ w + b)  # noqa: E731
     with config.override(matmul="library"):
         source = check(fn, x, w, b, kernels=1)
-    assert ATEN_MM in source and "tl.dot(" not in source
+    assert aten_call(source, "mm") and "tl.dot(" not in source
     if device.type == "cpu":
         with config.override(matmul="auto"):
-            assert ATEN_MM in check(fn, x, w, b, kernels=1)
+            assert aten_call(check(fn, x, w, b, kernels=1), "mm")
     with config.override(matmul="sometimes"), pytest.raises(Exception, match="must be one of auto, template"):
         minicomp.jit(lambda x, w: torch.relu(x @ w) * 3, fallback="raise")(x, w)
 
@@ -350,7 +349,7 @@ def test_linear_and_bmm_gradients(device, dtype):
     w, b = torch.randn(20, 12, dtype=dtype, device=device) * 0.3, torch.randn(20, dtype=dtype, device=device)
     entry = grads_match(fn, x, w, b)
     for compiled in (entry.forward, entry.backward):
-        assert "torch.ops.aten.mm" not in compiled.source and "torch.ops.aten.bmm" not in compiled.source
+        assert not aten_call(compiled.source, "mm") and not aten_call(compiled.source, "bmm")
         assert "matmul" in _kinds(compiled)
 
 
@@ -387,7 +386,7 @@ def test_prologue_scale_and_cast_of_the_operands(device, dtype):
     assert "a computed as it is loaded" in source
     if dtype != torch.float32:  # (a float32 `w.to(float32)` is `w`: read at its strides, no prologue)
         assert "b computed as it is loaded" in source
-        assert "torch.ops.aten.permute" not in source  # the transposing view is read in the kernel
+        assert not aten_call(source, "permute")  # the transposing view is read in the kernel
 
 
 def test_prologue_operand_read_elsewhere_is_written(device):

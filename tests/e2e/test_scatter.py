@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, grads_match, kernel_count
+from conftest import aten_call, check, grads_match, kernel_count
 
 import minicomp
 import minicomp.dispatch.dynamo
 
 DTYPES = [torch.float32, torch.float16]
-EXTERN = "torch.ops.aten.index_put"  # the wrapper's line for an ATen index_put
+EXTERN = "index_put"  # an ATen index_put (conftest.aten_call)
 
 
 def _kinds(compiled) -> list[str]:
@@ -38,7 +38,7 @@ def test_embedding_backward_is_one_scatter_kernel(device, dtype, shape):
     idx = _indices(6, 11, shape, device)
     entry = grads_match(lambda w, idx: F.embedding(idx, w).tanh(), w, idx)
     backward = entry.backward
-    assert EXTERN not in backward.source
+    assert not aten_call(backward.source, EXTERN)
     # a 16-bit table's gradient is summed in float32 (the decomposition's), then rounded by a second kernel
     assert _kinds(backward) == ["scatter"] + ["pointwise"] * (dtype != torch.float32), backward.source
     assert "tl.atomic_add(" in backward.source and "tanh" in backward.source  # the values computed inline
@@ -49,7 +49,7 @@ def test_embedding_backward_with_padding_idx(device, dtype):
     w = torch.randn(9, 4, dtype=dtype, device=device)
     idx = torch.tensor([[3, 1, 3, 8], [0, 3, 8, 8]], device=device)
     entry = grads_match(lambda w, idx: F.embedding(idx, w, padding_idx=3) * 2, w, idx)
-    assert _kinds(entry.backward)[0] == "scatter" and EXTERN not in entry.backward.source
+    assert _kinds(entry.backward)[0] == "scatter" and not aten_call(entry.backward.source, EXTERN)
     # the padding rows' zeros are not added at all (codegen/scatter.py `_zero_where`)
     assert "mask=mask & (" in entry.backward.source
 
@@ -64,7 +64,7 @@ def test_values_where_zero_add_only_the_rest(device, kept):
         return torch.zeros(5, 4, device=v.device).index_put((i,), values, accumulate=True)
 
     source = check(fn, i, v, m, kernels=1)
-    assert "mask=mask & (" in source and EXTERN not in source
+    assert "mask=mask & (" in source and not aten_call(source, EXTERN)
 
 
 def test_in_place_index_put_of_an_input(device):
@@ -73,14 +73,14 @@ def test_in_place_index_put_of_an_input(device):
         return x + 1
 
     x, v = torch.randn(10, 4, device=device), torch.randn(6, 4, device=device)
-    assert EXTERN not in check(fn, x, _indices(6, 10, (6,), device), v)  # x afterwards compared too
+    assert not aten_call(check(fn, x, _indices(6, 10, (6,), device), v), EXTERN)  # x afterwards compared too
 
 
 def test_tied_embeddings_add_two_scatters(device):
     w = torch.randn(7, 4, device=device)
     a, b = _indices(5, 7, (5,), device), _indices(3, 7, (3,), device)
     entry = grads_match(lambda w, a, b: F.embedding(a, w).sin() + F.embedding(b, w)[:1], w, a, b)
-    assert EXTERN not in entry.backward.source
+    assert not aten_call(entry.backward.source, EXTERN)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -89,7 +89,7 @@ def test_index_put_one_index_starts_from_a_copy_of_the_input(device, dtype):
     i = torch.tensor([0, 9, 3, 3, 0, -1, -10], device=device)  # duplicates, negatives counted from the end
     v = torch.randn(7, 4, dtype=dtype, device=device)
     source = check(lambda x, i, v: torch.index_put(x, (i,), v.exp(), accumulate=True), x, i, v, kernels=1)
-    assert EXTERN not in source and ".copy_(x)" in source  # x is the caller's: never added into
+    assert not aten_call(source, EXTERN) and ".copy_(x)" in source  # x is the caller's: never added into
 
 
 def test_index_put_two_indices_and_broadcast_values(device):
@@ -97,7 +97,7 @@ def test_index_put_two_indices_and_broadcast_values(device):
     i0, i1 = torch.tensor([[0], [4], [0]], device=device), torch.tensor([[5, 5, 1, -6]], device=device)
     v = torch.randn(4, 3, device=device)  # broadcast to [3, 4, 3]
     source = check(lambda x, a, b, v: torch.index_put(x * 2, (a, b), v + 1, accumulate=True), x, i0, i1, v, kernels=2)
-    assert EXTERN not in source
+    assert not aten_call(source, EXTERN)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_index_put_with_none_takes_its_dim_whole(device, where, values):
     def fn(x, i, j, v):
         return torch.ops.aten.index_put(x, [None if k is None else (i, j)[k] for k in where], v.cos(), True)
 
-    assert EXTERN not in check(fn, x, i, j, v, kernels=1)
+    assert not aten_call(check(fn, x, i, j, v, kernels=1), EXTERN)
 
 
 def test_dlrm_interaction_backward_is_scatter_kernels(device):
@@ -132,7 +132,7 @@ def test_dlrm_interaction_backward_is_scatter_kernels(device):
         return torch.cat([dense, dots], 1).tanh()
 
     entry = grads_match(fn, dense, *tables, sparse)
-    assert EXTERN not in entry.backward.source
+    assert not aten_call(entry.backward.source, EXTERN)
     assert _kinds(entry.backward).count("scatter") == 4, str(entry.backward.plan)
 
 
@@ -142,13 +142,13 @@ def test_index_put_trailing_dims_broadcast(device, values):
     i = _indices(6, 10, (6,), device)
     v = torch.randn(values, device=device)
     source = check(lambda x, i, v: x.index_put((i,), v * 3, accumulate=True), x, i, v, kernels=1)
-    assert EXTERN not in source
+    assert not aten_call(source, EXTERN)
 
 
 def test_index_add_and_scatter_add(device):
     x, src = torch.randn(10, 4, device=device), torch.randn(6, 4, device=device)
     i = _indices(6, 10, (6,), device)
-    assert EXTERN not in check(lambda x, i, s: x.index_add(0, i, s.relu(), alpha=2.0), x, i, src, kernels=1)
+    assert not aten_call(check(lambda x, i, s: x.index_add(0, i, s.relu(), alpha=2.0), x, i, src, kernels=1), EXTERN)
     idx = torch.randint(0, 3, (6, 3), device=device)  # smaller than src along dim 1
     # x.t() is copied by a kernel, then into the output (a view of `self` is not yet copied by ATen)
     source = check(lambda x, i, s: x.t().scatter_add(1, i, s.t() * 2).t(), x, idx.t(), src, kernels=3)
@@ -157,7 +157,7 @@ def test_index_add_and_scatter_add(device):
 
 def test_an_output_of_one_element(device):
     x, i, s = torch.randn(1, device=device), torch.tensor([0, 0, 0], device=device), torch.randn(3, device=device)
-    assert EXTERN not in check(lambda x, i, s: x.index_add(0, i, s, alpha=2), x, i, s, kernels=1)
+    assert not aten_call(check(lambda x, i, s: x.index_add(0, i, s, alpha=2), x, i, s, kernels=1), EXTERN)
 
 
 def test_values_of_a_reduction_scatter_in_a_later_stage(device):
@@ -195,7 +195,7 @@ def test_training_through_torch_compile(device, monkeypatch):
     torch.compile(fn, backend=minicomp.dispatch.dynamo.backend)(idx).backward()
     torch.testing.assert_close(emb.weight.grad, want)
     backward = compiled[-1]
-    assert "scatter" in _kinds(backward) and EXTERN not in backward.source
+    assert "scatter" in _kinds(backward) and not aten_call(backward.source, EXTERN)
 
 
 def test_deterministic_algorithms_keep_aten(device):
@@ -209,13 +209,13 @@ def test_deterministic_algorithms_keep_aten(device):
         torch.testing.assert_close(compiled(x, i, v), fn(x, i, v))
     finally:
         torch.use_deterministic_algorithms(was)
-    assert EXTERN in source and "atomic_add" not in source
+    assert aten_call(source, EXTERN) and "atomic_add" not in source
     # the same function called without them compiles again (the key holds the flag): a kernel
     torch.testing.assert_close(compiled(x, i, v), fn(x, i, v))
-    assert EXTERN not in compiled.source(x, i, v)
+    assert not aten_call(compiled.source(x, i, v), EXTERN)
     torch.use_deterministic_algorithms(True)
     try:
-        assert EXTERN in compiled.source(x, i, v)
+        assert aten_call(compiled.source(x, i, v), EXTERN)
     finally:
         torch.use_deterministic_algorithms(was)
 
@@ -226,13 +226,13 @@ def test_dtypes_without_atomics_keep_aten(dtype):
     x = torch.randn(10, 4).to(dtype)
     i, v = _indices(6, 10, (6,), "cpu"), torch.randn(6, 4).to(dtype)
     source = check(lambda x, i, v: x.index_put((i,), v, accumulate=True), x, i, v)
-    assert EXTERN in source
+    assert aten_call(source, EXTERN)
 
 
 def test_int32_accumulates_in_a_kernel():
     x, v = torch.randint(-5, 5, (10, 4), dtype=torch.int32), torch.randint(-5, 5, (6, 4), dtype=torch.int32)
     source = check(lambda x, i, v: x.index_put((i,), v * 2, accumulate=True), x, _indices(6, 10, (6,), "cpu"), v)
-    assert EXTERN not in source
+    assert not aten_call(source, EXTERN)
 
 
 @pytest.mark.parametrize("bad", [10, -11, 2**32 + 1])
@@ -278,7 +278,7 @@ def test_a_store_without_accumulate_is_a_scatter_kernel(device, dtype):
     i = _unique(5, 10, device)
     fn = lambda x, i, v: torch.index_put(x, (i,), (v * 2) if dtype != torch.bool else ~v)  # noqa: E731
     source = check(fn, x, i, v, kernels=1)
-    assert EXTERN not in source and "tl.store(out_ptr" in source and "atomic_add" not in source
+    assert not aten_call(source, EXTERN) and "tl.store(out_ptr" in source and "atomic_add" not in source
 
 
 def test_a_store_through_none_dims_and_broadcast_values(device):
@@ -292,7 +292,7 @@ def test_a_store_through_none_dims_and_broadcast_values(device):
         return x * 1.0
 
     source = check(columns, x, i, torch.randn(4, 5, device=device))
-    assert EXTERN not in source and "tl.store(out_ptr" in source
+    assert not aten_call(source, EXTERN) and "tl.store(out_ptr" in source
     a, b = torch.tensor([0, 2, 1], device=device), torch.tensor([7, -1, 3], device=device)
     check(lambda x, a, b, v: x.index_put((a, b), v + 1), x, a, b, torch.randn(3, 5, device=device), kernels=1)
 
@@ -323,7 +323,7 @@ def test_deterministic_algorithms_keep_aten_for_stores(device):
         source = check(lambda x, i, v: x.index_put((i,), v), x, i, v)
     finally:
         torch.use_deterministic_algorithms(was)
-    assert EXTERN in source
+    assert aten_call(source, EXTERN)
 
 
 def test_a_store_trains(device):

@@ -83,13 +83,14 @@ def call_boxed(args):
     """AOTAutograd's boxed convention: the list is emptied, so each input dies at its last use."""
     x, wt, b = args
     args.clear()
-    relu = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device='cpu')
-    launch_0(x, relu, 128)  # mc_fused_mul_add_relu_0
-    del x
-    mm = torch.ops.aten.mm.default._op(relu, wt)
-    del relu, wt
-    if (mm.shape, mm.stride()) != ((8, 32), (32, 1)): mm = conform(mm, *((8, 32), (32, 1)), 'aten.mm.default')
-    sigmoid = torch.empty_strided((8, 32), (32, 1), dtype=torch.float32, device='cpu')
-    launch_1(mm, b, sigmoid, 256)  # mc_fused_add_sigmoid_1
-    del b, mm
-    return (sigmoid,)
+    with torch._C.DisableTorchFunction():  # (its ATen ops were traced: no mode sees them again)
+        relu = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device='cpu')
+        launch_0(x, relu, 128)  # mc_fused_mul_add_relu_0
+        del x
+        mm = torch._C._VariableFunctions.mm(relu, wt)  # binding of aten.mm.default
+        del relu, wt
+        if (mm.shape, mm.stride()) != ((8, 32), (32, 1)): mm = conform(mm, *((8, 32), (32, 1)), 'aten.mm.default')
+        sigmoid = torch.empty_strided((8, 32), (32, 1), dtype=torch.float32, device='cpu')
+        launch_1(mm, b, sigmoid, 256)  # mc_fused_add_sigmoid_1
+        del b, mm
+        return (sigmoid,)
