@@ -74,11 +74,17 @@ def _module(target, positional: int, keywords: tuple[str, ...]) -> str | None:
 
 
 def _takes(schema, positional: int, keywords: tuple[str, ...]) -> bool:
-    """Whether a call of `positional` arguments and these keyword names fits `schema` by count."""
-    plain = [a for a in schema.arguments if not a.kwarg_only]
-    required = sum(1 for a in plain if not a.has_default_value())
-    named = {a.name for a in schema.arguments if a.kwarg_only}
-    return required <= positional <= len(plain) and set(keywords) <= named
+    """Whether a call of `positional` arguments and these keyword names could bind to `schema`:
+    no more positional arguments than it has, each keyword one of its arguments past those, and
+    every argument without a default given."""
+    args = schema.arguments
+    plain = [a for a in args if not a.kwarg_only]
+    if positional > len(plain):
+        return False
+    rest = {a.name: a for a in args[positional:]} if positional <= len(args) else {}
+    if not set(keywords) <= set(rest):
+        return False
+    return all(a.has_default_value() or a.name in keywords for a in rest.values())
 
 
 class _NoMeta(Exception):

@@ -82,3 +82,15 @@ def test_generated_calls_through_bindings_match_eager_and_no_mode_sees_them_agai
     torch.testing.assert_close(first, f(x, w, m))
     torch.testing.assert_close(second, f(x, w, m))
     assert not [s for s in seen if "conv" in str(s) or "mm" in str(s) or "matmul" in str(s)], seen
+
+
+def test_an_overload_takes_a_call_by_count_and_names():
+    """`_takes`: positional arguments within its range, keywords among its arguments past them (a
+    positional-or-keyword argument given by name counts), every argument without a default given."""
+    dim_list = aten.sum.dim_IntList._schema  # (Tensor self, int[1]? dim, bool keepdim=False, *, dtype=None)
+    assert aten_bindings._takes(dim_list, 1, ("dim",))
+    assert aten_bindings._takes(dim_list, 3, ("dtype",))
+    assert not aten_bindings._takes(dim_list, 1, ())  # dim has no default
+    assert not aten_bindings._takes(dim_list, 2, ("self",))  # self is given positionally
+    assert not aten_bindings._takes(dim_list, 4, ())
+    assert aten_bindings._module(aten.div.Tensor, 2, ()) is None  # div.Scalar takes two as well
