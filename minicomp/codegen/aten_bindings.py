@@ -13,7 +13,8 @@ so a call goes through it only where that cannot pick another overload:
   same keyword names (`add.Tensor` and `add.Scalar` both take two: `_op`);
 - the binding, called once on meta tensors of the call's inputs, returns what the overload
   returns there (shapes, strides, dtypes): the binding exists for this overload and accepts these
-  arguments. A value without a meta form, or an op without a meta kernel, keeps `_op`.
+  arguments. A value without a meta form, an op without a meta kernel, and a call that reads no
+  value or names a device (a factory: its probe would run for real) keep `_op`.
 
 A binding dispatches on `__torch_function__` where `_op` does not: the generated `call` runs with
 torch functions disabled (templates/module.py.j2) when it uses one, so that a mode active around a
@@ -36,6 +37,8 @@ def binding(target, args: tuple, kwargs: dict, meta_of) -> str | None:
     or None (the call keeps `target._op`). `meta_of(name)`: the TensorMeta of the value a Ref
     names (or anything else where it has none)."""
     if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return None
+    if "device" in kwargs or not _reads_a_value(args):  # (a factory: its probe would run for real)
         return None
     module = _module(target, len(args), tuple(sorted(kwargs)))
     if module is None:
@@ -87,6 +90,15 @@ def _takes(schema, positional: int, keywords: tuple[str, ...]) -> bool:
     return all(a.has_default_value() or a.name in keywords for a in rest.values())
 
 
+def _reads_a_value(value) -> bool:
+    """Whether an argument holds a Ref (the probe calls then run on meta tensors)."""
+    if isinstance(value, Ref):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(map(_reads_a_value, value))
+    return False
+
+
 class _NoMeta(Exception):
     pass
 
@@ -102,7 +114,7 @@ def _on_meta(value, meta_of):
         return type(value)(_on_meta(v, meta_of) for v in value)
     if isinstance(value, dict):
         return {k: _on_meta(v, meta_of) for k, v in value.items()}
-    if isinstance(value, torch.device):  # (a factory's device: its meta call stays on meta)
+    if isinstance(value, torch.device):  # (a device among the arguments: the probe would run there)
         raise _NoMeta("device")
     return value
 

@@ -94,3 +94,14 @@ def test_an_overload_takes_a_call_by_count_and_names():
     assert not aten_bindings._takes(dim_list, 2, ("self",))  # self is given positionally
     assert not aten_bindings._takes(dim_list, 4, ())
     assert aten_bindings._module(aten.div.Tensor, 2, ()) is None  # div.Scalar takes two as well
+
+
+def test_a_factory_keeps_the_op_and_is_not_run_at_codegen():
+    """A call that reads no value (randn of a size) or names a device would run its probe for real:
+    it keeps `_op`, and the global random stream does not move (the review's reproducer)."""
+    state = torch.get_rng_state()
+    assert aten_bindings.binding(aten.randn.default, ([3, 4],), {}, {}.get) is None
+    assert aten_bindings.binding(aten.randperm.default, (5,), {}, {}.get) is None
+    assert torch.equal(state, torch.get_rng_state())
+    meta_of = _metas(a=(4, 5))
+    assert aten_bindings.binding(aten.ones_like.default, (Ref("a"),), {"device": torch.device("cpu")}, meta_of) is None
