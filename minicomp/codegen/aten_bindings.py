@@ -84,7 +84,7 @@ def _takes(schema, positional: int, keywords: tuple[str, ...]) -> bool:
     plain = [a for a in args if not a.kwarg_only]
     if positional > len(plain):
         return False
-    rest = {a.name: a for a in args[positional:]} if positional <= len(args) else {}
+    rest = {a.name: a for a in args[positional:]}
     if not set(keywords) <= set(rest):
         return False
     return all(a.has_default_value() or a.name in keywords for a in rest.values())

@@ -76,3 +76,20 @@ def copy_into(buffer: torch.Tensor, memory: torch.Tensor | None, value: torch.Te
         buffer.copy_(value)
     elif memory.numel():
         memory.copy_(value.as_strided((memory.numel(),), (1,)))
+
+
+def copy_inputs(buffers: list, args: list) -> None:
+    """Each input a record reads from its buffer copied there, unless it is that buffer."""
+    targets, sources = [], []
+    for i, buffer, memory in buffers:
+        value = args[i]
+        if value.data_ptr() != buffer.data_ptr():
+            if memory is None:
+                targets.append(buffer)
+                sources.append(value)
+            else:
+                copy_into(buffer, memory, value)
+    if len(targets) > 1:
+        torch._foreach_copy_(targets, sources)  # one launch on a GPU
+    elif targets:
+        targets[0].copy_(sources[0])

@@ -62,7 +62,7 @@ from minicomp.runtime.graph_capture import CaptureRefused, CudaCapture
 from minicomp.runtime.graph_inputs import (
     at_their_addresses,
     buffers_of,
-    copy_into,
+    copy_inputs,
     in_place_while_it_stays,
     storage_ptr,
 )
@@ -345,7 +345,7 @@ class Graphed:
         the others copied into its buffers, its outputs handed out. `args` is consumed (cleared),
         as a boxed call's are."""
         if record.buffers:
-            _copy_inputs(record.buffers, args)
+            copy_inputs(record.buffers, args)
         inputs = list(args) if record.plan.of_inputs else None  # (outputs that view an input's buffer)
         args.clear()
         self.misses = 0
@@ -379,23 +379,6 @@ class Graphed:
                 logs.cudagraphs.info("%s: a static input moved: recording its graph again", self.name)
                 self.warmed.add(key)  # warmed up already: the next call captures
         return self.run(args)
-
-
-def _copy_inputs(buffers: list, args: list) -> None:
-    """Each input a record reads from its buffer copied there, unless it is that buffer."""
-    targets, sources = [], []
-    for i, buffer, memory in buffers:
-        value = args[i]
-        if value.data_ptr() != buffer.data_ptr():
-            if memory is None:
-                targets.append(buffer)
-                sources.append(value)
-            else:
-                copy_into(buffer, memory, value)
-    if len(targets) > 1:
-        torch._foreach_copy_(targets, sources)  # one launch on a GPU
-    elif targets:
-        targets[0].copy_(sources[0])
 
 
 def _first_line(err: Exception) -> str:
