@@ -5,8 +5,9 @@
 `(x + y).relu()` on 1024 float32 elements with `cuda_graphs=True`, after 5 calls: the host µs of
 the whole call, of torch's `CUDAGraph.replay()` alone, of the record's replay (the outputs handed
 out), of the hand-out alone (a new storage each call), and of the hot path's call
-(dispatch/hot_path.py), each the least of 3 rounds with the GPU held busy by a sleep
-(step_host_time.py's method). The GPU only.
+(dispatch/hot_path.py): each warmed by 200 calls, then timed in 5 rounds, the pieces taking turns
+within a round, with the GPU held busy by a sleep (step_host_time.py's method); printed: the least
+of the rounds, and each round. The GPU only.
 """
 
 import torch
@@ -14,13 +15,11 @@ import torch
 import minicomp
 from benchmarks.experiments.step_host_time import host_and_gpu_us
 
+ROUNDS = 5
+
 
 def f(x, y):
     return (x + y).relu()
-
-
-def host_us(step) -> float:
-    return round(min(host_and_gpu_us(step, False)[0] for _ in range(3)), 2)
 
 
 def main() -> None:
@@ -30,14 +29,26 @@ def main() -> None:
         jitted(x, y)
     torch.cuda.synchronize()
     record = next(iter(jitted.graphs.kept.values()))[1]
-    print("graphed call", host_us(lambda: jitted(x, y)))
-    print("graph.replay", host_us(record.graph.replay))
-    print("record.replay", host_us(lambda: record.replay(None)))
-    plan = record.plan  # (a new storage each call: nothing handed out before)
-    print("hand_out", host_us(lambda: plan.hand_out(plan.ready([]), record.outputs, None)))
+    plan = record.plan  # (hand_out: a new storage each call, nothing handed out before)
+    pieces = {
+        "graphed call": lambda: jitted(x, y),
+        "graph.replay": record.graph.replay,
+        "record.replay": lambda: record.replay(None),
+        "hand_out": lambda: plan.hand_out(plan.ready([]), record.outputs, None),
+    }
     hot = getattr(jitted, "_hot", None)
     if hot is not None:
-        print("hot call", host_us(lambda: hot((x, y), None)))
+        pieces["hot call"] = lambda: hot((x, y), None)
+    for step in pieces.values():  # warm: the first timed piece of a process read 1.7x its later rounds
+        for _ in range(200):
+            step()
+    torch.cuda.synchronize()
+    rounds = {name: [] for name in pieces}
+    for _ in range(ROUNDS):  # the pieces take turns within each round
+        for name, step in pieces.items():
+            rounds[name].append(host_and_gpu_us(step, False)[0])
+    for name, times in rounds.items():
+        print(name, round(min(times), 2), "(rounds: " + ", ".join(f"{t:.2f}" for t in times) + ")")
 
 
 if __name__ == "__main__":

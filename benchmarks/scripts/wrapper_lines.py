@@ -7,7 +7,8 @@ STEP: infer or train. The tiny config (2 layers) runs one step through `torch.co
 "minicomp")` on the CPU; printed, summed over the graphs it compiled (forward and backward): the ATen
 calls of their `call`, the views it makes by `reinterpret`, the checks of an ATen result's layout
 (`conform`) and the getitems of a multi-output op. The same counts hold at the real widths (the
-graphs are the same; only sizes differ). No GPU needed.
+graphs are the same; only sizes differ). `WRAPPER_LINES_DUMP=DIR` also writes each graph's module
+there, to read. No GPU needed.
 """
 
 import collections
@@ -46,11 +47,15 @@ def main(name: str, step: str) -> None:
     counts = collections.Counter()
     for source in sources:
         call = source[source.index("def call_boxed") :]
-        counts["ATen calls"] += len(re.findall(r"= torch\.ops\.", call))
+        counts["ATen calls"] += len(re.findall(r"= torch\.(ops|_C)\.", call))
         counts["reinterprets"] += call.count("= reinterpret(")
         counts["layout checks"] += call.count("conform(")
         counts["getitems"] += len(re.findall(r"= \w+\[\d+\]$", call, re.M))
     print(name, step, f"{len(sources)} graphs", dict(counts))
+    if os.environ.get("WRAPPER_LINES_DUMP"):  # a folder: each graph's module source, to read
+        for index, source in enumerate(sources):
+            with open(os.path.join(os.environ["WRAPPER_LINES_DUMP"], f"{name}_{step}_{index}.py"), "w") as f:
+                f.write(source)
 
 
 if __name__ == "__main__":

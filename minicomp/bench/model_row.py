@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from minicomp.bench.model_specs import MODELS, Task, build_task, step_inputs
+from minicomp.bench.model_specs import MODELS, Task, build_task, rewinding, step_inputs
 
 PREFIX = "SUITE "  # the child's result lines; everything else it prints is ignored
 WARMUP, TIMED, SAMPLED = 10, 30, 1 << 20
@@ -78,7 +78,7 @@ def make_step(task: Task, fn, step: str, args, kwargs, target) -> Callable:
         with torch.no_grad():
             return fn(*args, **kwargs)
 
-    return run
+    return rewinding(run, kwargs)
 
 
 def real_step(name: str, step: str, variant: str) -> Callable:

@@ -200,3 +200,34 @@ def static_cache(task: Task, s, device: str, g) -> dict:
         )
     position = torch.tensor([prefix], device=device)
     return dict(past_key_values=cache, cache_position=position, position_ids=position[None], use_cache=True)
+
+
+def rewinding(run: Callable, kwargs: dict) -> Callable:
+    """`run` (a decode-static step) made to repeat without end. transformers' StaticCache (5.x) keeps
+    its own length per layer (`cumulative_length`, a tensor it advances at each call) and writes the
+    new token there, not at `cache_position`: after S/2 calls its places run out (an index error
+    inside the GPU's index_copy_). The lengths are set back to S/2 before they reach the end; the
+    attention reads the whole static cache at any length, so a step's work does not move with it."""
+    cache = kwargs.get("past_key_values")
+    layers = [
+        layer
+        for layer in getattr(cache, "layers", ())
+        if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)
+        and isinstance(getattr(layer, "keys", None), torch.Tensor)
+    ]
+    if not layers:
+        return run
+    prefix = int(kwargs["cache_position"][0])
+    every = max(1, min(256, min(layer.keys.shape[-2] for layer in layers) - prefix))
+    calls = 0
+
+    def run_rewinding():
+        nonlocal calls
+        out = run()
+        calls += 1
+        if calls % every == 0:
+            for layer in layers:
+                layer.cumulative_length.fill_(prefix)
+        return out
+
+    return run_rewinding

@@ -15,7 +15,8 @@ channels_last) where torchvision imports, and a DLRM in the seed talk's shape (2
 512-256, batch 8192). Steps: `train` (forward, loss, backward; gradients set to None, no
 optimizer), `infer` (no_grad), and for the decoders `decode` (batch 1, one new token, no KV
 cache) and `decode-static` (the same at position S/2 of transformers' StaticCache, filled
-eagerly first). Variants: `eager`, `inductor` (torch.compile's default), `inductor-ro`
+eagerly first; the cache's own length set back to S/2 before it reaches the end: model_specs.
+`rewinding`). Variants: `eager`, `inductor` (torch.compile's default), `inductor-ro`
 (mode="reduce-overhead", decode rows only), `minicomp` (backend="minicomp"), `minicomp-graphs`
 (backend="minicomp", mode="reduce-overhead": CUDA graphs, runtime/graphs.py; decode rows only),
 either with torch.compile options after a colon, joined by `+` (`minicomp:chunk_budget_bytes=134217728`:
