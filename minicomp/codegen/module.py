@@ -25,6 +25,7 @@ from minicomp.codegen import (
     aten_bindings,
     combo,
     matmul,
+    meta_answers,
     pointwise,
     reduction,
     row_products,
@@ -143,7 +144,8 @@ class _Body:
         self.rows: list[Piece] = []  # one-row templates waiting to share a launch (codegen/row_products.py)
         self.written: dict[str, str] = {}  # a mutated input's new value -> the input a kernel wrote it into
         self.alike = alike.Alike()  # which earlier kernel each one is alike to
-        self.views = view_layouts.Views(plan, self.as_meta)  # extern views made from their root buffer
+        self.answers = meta_answers.Answers()  # meta kernels' answers, one per distinct question
+        self.views = view_layouts.Views(plan, self.as_meta, self.answers)  # extern views made from their root buffer
 
     def line(self, text: str, uses: set[str]) -> None:
         self.wrapper.append(text)
@@ -170,7 +172,8 @@ class _Body:
                 self.runtime_names.add("reinterpret")
                 self.line(made.line, {step.node, made.root})
             return
-        bound = aten_bindings.binding(node.target, node.args, node.kwargs, self.meta_of)
+        asked = meta_answers.question("binding", node.target, node.args, node.kwargs, meta_of=self.meta_of)
+        bound = self.answers.of(asked, lambda: aten_bindings.binding(node.target, node.args, node.kwargs, self.meta_of))
         self.torch_level |= bound is not None or method_view(node)
         self.line(extern_line(node, rename, bound), {step.node, *node.inputs(), *rename.values()})
         read = self.graph.users(step.node) or step.node in self.graph.outputs

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minicomp.codegen.meta_answers import Answers, question
 from minicomp.ir import Graph, Node, Ref, TensorMeta
 from minicomp.lowering.ops import NodeKind
 
@@ -57,9 +58,10 @@ def base_of(node: Node, graph: Graph) -> str | None:
     return _first_ref(node) if _packet(node) in SINGLE else None
 
 
-def layout_of(node: Node, graph: Graph) -> Layout | None:
+def layout_of(node: Node, graph: Graph, answers: Answers | None = None) -> Layout | None:
     """`node` as a view of its base laid out as the base's meta says, or None where it is not a
-    view op made so or its meta kernel does not give exactly the node's meta."""
+    view op made so or its meta kernel does not give exactly the node's meta. `answers`: the
+    module's meta-kernel answers (a layer's view asked again by the next identical layer)."""
     base = base_of(node, graph)
     meta = node.meta
     if base is None or not isinstance(meta, TensorMeta) or not isinstance(graph[base].meta, TensorMeta):
@@ -67,19 +69,36 @@ def layout_of(node: Node, graph: Graph) -> Layout | None:
     op = graph[node.args[0].name] if node.target is operator.getitem else node
     if not _views(op.target) or any(isinstance(a, Ref) for a in (*op.args[1:], *op.kwargs.values())):
         return None
-    b = graph[base].meta
-    if b.dtype != meta.dtype:  # (`view(dtype)`: reinterpret keeps its base's dtype)
+    if graph[base].meta.dtype != meta.dtype:  # (`view(dtype)`: reinterpret keeps its base's dtype)
         return None
+    item = node.args[1] if node.target is operator.getitem else None
+    view = Ref(base), op.target, op.args[1:], op.kwargs, item
+
+    def offset() -> int | None:
+        return _meta_offset(graph[base].meta, meta, *view[1:])
+
+    asked = None if answers is None else question(*view, (meta.shape, meta.stride), meta_of=_meta_in(graph))
+    found = offset() if answers is None else answers.of(asked, offset)
+    return None if found is None else Layout(base, meta.shape, meta.stride, found)
+
+
+def _meta_offset(b: TensorMeta, meta: TensorMeta, target, args: tuple, kwargs: dict, item) -> int | None:
+    """The storage offset of `target`'s view (its `item`-th where it returns several) of a meta
+    tensor laid out as `b`, where the view is laid out exactly as `meta` says; else None."""
     probe = torch.empty_strided(b.shape, b.stride, dtype=b.dtype, device="meta")
     try:
-        result = op.target(probe, *op.args[1:], **op.kwargs)
-        if node.target is operator.getitem:
-            result = result[node.args[1]]
+        result = target(probe, *args, **kwargs)
+        if item is not None:
+            result = result[item]
     except Exception:  # noqa: BLE001 - an op the meta kernel refuses here: made by ATen, as before
         return None
     if (tuple(result.shape), tuple(result.stride()), result.dtype) != (meta.shape, meta.stride, meta.dtype):
         return None
-    return Layout(base, meta.shape, meta.stride, result.storage_offset())
+    return result.storage_offset()
+
+
+def _meta_in(graph: Graph) -> Callable[[str], object]:
+    return lambda name: graph[name].meta
 
 
 def _views(target) -> bool:
@@ -111,10 +130,10 @@ class Made:
 class Views:
     """Which extern views of a plan its generated `call` makes from their root buffer, as `call` is
     written step by step. `as_meta(name)`: is value `name` laid out as its meta says when `call`
-    runs (module.py)."""
+    runs (module.py); `answers`: the module's meta-kernel answers."""
 
-    def __init__(self, plan, as_meta: Callable[[str], bool]):
-        self.graph, self.kinds, self.as_meta = plan.graph, plan.kinds, as_meta
+    def __init__(self, plan, as_meta: Callable[[str], bool], answers: Answers | None = None):
+        self.graph, self.kinds, self.as_meta, self.answers = plan.graph, plan.kinds, as_meta, answers
         self.roots: dict[str, tuple[str, int]] = {}  # a view made from a buffer -> (that buffer, offset)
         self.layouts: dict[str, Layout | None] = {}  # an extern view -> its layout from its base
         graph = plan.graph
@@ -139,7 +158,7 @@ class Views:
         if self.kinds.get(name) is not NodeKind.EXTERN:
             return None
         if name not in self.layouts:
-            self.layouts[name] = layout_of(self.graph[name], self.graph)
+            self.layouts[name] = layout_of(self.graph[name], self.graph, self.answers)
         layout = self.layouts[name]
         if layout is None or not (layout.base in self.roots or self.as_meta(layout.base)):
             return None
