@@ -192,7 +192,7 @@ def test_suite_command_line_takes_option_variants(monkeypatch, tmp_path):
 def test_a_decode_static_step_repeats_past_the_caches_end():
     """transformers' StaticCache advances its own length at each call; a decode-static step of the
     suite (side_by_side.py runs 2,130 of them) must not run off the cache's end (it did after S/2
-    calls: an index error in index_copy_), and decodes at S/2 again once rewound."""
+    calls: an index error in index_copy_): its lengths stay between S/2 and S."""
     transformers = pytest.importorskip("transformers")
     from minicomp.bench.model_row import make_step
     from minicomp.bench.model_specs import MODELS, build_task, step_inputs
@@ -201,8 +201,8 @@ def test_a_decode_static_step_repeats_past_the_caches_end():
     s = spec.sizes(True)
     task = build_task(spec, transformers, s, "decode-static", "cpu", torch.float32)
     args, kwargs, _ = step_inputs(spec, s, "decode-static", task, s.length, "cpu", torch.float32, torch.float32)
-    lengths = [layer.cumulative_length for layer in kwargs["past_key_values"].layers]
-    if not all(isinstance(length, torch.Tensor) for length in lengths):
+    lengths = [getattr(layer, "cumulative_length", None) for layer in getattr(kwargs["past_key_values"], "layers", ())]
+    if not lengths or not all(isinstance(length, torch.Tensor) for length in lengths):
         pytest.skip("this transformers' StaticCache writes at cache_position: nothing advances")
     run = make_step(task, task, "decode-static", args, kwargs, None)
     first = run()
