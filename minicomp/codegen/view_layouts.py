@@ -69,16 +69,20 @@ def layout_of(node: Node, graph: Graph, answers: Answers | None = None) -> Layou
     op = graph[node.args[0].name] if node.target is operator.getitem else node
     if not _views(op.target) or any(isinstance(a, Ref) for a in (*op.args[1:], *op.kwargs.values())):
         return None
-    if graph[base].meta.dtype != meta.dtype:  # (`view(dtype)`: reinterpret keeps its base's dtype)
+    b = graph[base].meta
+    if b.dtype != meta.dtype:  # (`view(dtype)`: reinterpret keeps its base's dtype)
         return None
     item = node.args[1] if node.target is operator.getitem else None
-    view = Ref(base), op.target, op.args[1:], op.kwargs, item
-
-    def offset() -> int | None:
-        return _meta_offset(graph[base].meta, meta, *view[1:])
-
-    asked = None if answers is None else question(*view, (meta.shape, meta.stride), meta_of=_meta_in(graph))
-    found = offset() if answers is None else answers.of(asked, offset)
+    asked = question(
+        Ref(base),
+        op.target,
+        op.args[1:],
+        op.kwargs,
+        item,
+        (meta.shape, meta.stride),
+        meta_of=lambda name: graph[name].meta,
+    )
+    found = (answers or Answers()).of(asked, lambda: _meta_offset(b, meta, op.target, op.args[1:], op.kwargs, item))
     return None if found is None else Layout(base, meta.shape, meta.stride, found)
 
 
@@ -95,10 +99,6 @@ def _meta_offset(b: TensorMeta, meta: TensorMeta, target, args: tuple, kwargs: d
     if (tuple(result.shape), tuple(result.stride()), result.dtype) != (meta.shape, meta.stride, meta.dtype):
         return None
     return result.storage_offset()
-
-
-def _meta_in(graph: Graph) -> Callable[[str], object]:
-    return lambda name: graph[name].meta
 
 
 def _views(target) -> bool:
