@@ -4,6 +4,8 @@ jit.py            minicomp.jit: functions and modules alike
 function.py       JitFunction: the signature key, the entry it finds or compiles, the call
 arguments.py      a call's arguments as leaves and a spec (the key's structure)
 entries.py        Entry and EagerEntry: what one signature runs (compiled module or the function as written)
+hot_path.py       the signature that last ran, checked before the key (C++ tensor guards)
+hot_source.py     ... written out as one Python function, a graphed record's replay inline
 modules.py        JitModule: a module's forward with its parameters as inputs
 autograd.py       training: AOTAutograd's forward and backward graphs, both compiled
 partition.py      ... the joint graph split into them: min-cut, no views saved, cheap values recomputed

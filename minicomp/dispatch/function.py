@@ -127,7 +127,7 @@ class JitFunction:
     def __call__(self, *args, **kwargs):
         hot = self._hot
         if hot is not None and not kwargs and not _profiler._is_profiler_enabled:
-            result = hot(args, self._context_state)
+            result = hot.call(args, self._context_state)
             if result is not MISS:
                 return result
         leaves, in_spec = self._flatten(args, kwargs)

@@ -16,33 +16,44 @@ So a hit of the hot path is a hit of the key: every field the key holds is compa
 are stricter where they differ. A graphed signature (runtime/graphs.py) also skips the layers
 between the entry and its record: the hot path checks the record's input addresses and replays it,
 and falls back to the keyed way for whatever needs the Graphed's bookkeeping (an input at another
-address, a record dropped or recorded again).
+address, a record dropped or recorded again). Each hot path is written out as one Python function
+for its signature (hot_source.py).
 """
 
 from __future__ import annotations
 
-import operator
 import weakref
 
 import torch
 
-from minicomp import guards
 from minicomp.dispatch.entries import Entry
-from minicomp.runtime.graph_inputs import at_their_addresses
+from minicomp.dispatch.hot_source import MISS, compiled
 
 try:
     from torch._C._dynamo.guards import TensorGuards
 except ImportError:  # (a torch without Dynamo's C++ guards: every call takes the keyed way)
     TensorGuards = None
 
-MISS = object()  # a call the hot path does not serve
-_NESTED = operator.attrgetter("is_nested")  # (TensorGuards aborts the process on a nested tensor's strides)
+__all__ = ["MISS", "HotPath", "hot_path"]
 
 
 class HotPath:
     """One signature's entry, served when a call's arguments match it (see the module docstring)."""
 
-    __slots__ = ("fn", "count", "tensors", "check", "others", "modes", "context", "entry", "graphed", "record")
+    __slots__ = (
+        "fn",
+        "count",
+        "tensors",
+        "check",
+        "others",
+        "modes",
+        "context",
+        "entry",
+        "graphed",
+        "record",
+        "call",
+        "source",
+    )
 
     def __init__(self, fn, key: tuple, leaves, entry: Entry, graphed=None):
         """`key`: the call's key as function.py builds it, (structure, leaf keys, modes, context)."""
@@ -61,6 +72,8 @@ class HotPath:
         self.graphed = graphed
         # the record it replays, held weakly: a record the graphs' bound drops frees its memory
         self.record = None if graphed is None else weakref.ref(graphed.records[()])
+        # call(args, context_state) -> the result or MISS: these checks and the replay written out (hot_source.py)
+        self.call, self.source = compiled(self, getattr(fn, "__name__", "call"))
 
     def stale(self) -> bool:
         """A graphed entry's hot path whose record is no longer the one its Graphed replays."""
@@ -68,33 +81,7 @@ class HotPath:
 
     def __call__(self, args: tuple, context_state):
         """The call's result, or MISS (nothing has run then)."""
-        if len(args) != self.count or guards.global_state() != self.modes:
-            return MISS
-        tensors = args if not self.others else [args[i] for i in self.tensors]
-        try:
-            if any(map(_NESTED, tensors)):
-                return MISS
-        except AttributeError:  # (not a tensor where one was)
-            return MISS
-        if not self.check.check(*tensors):
-            return MISS
-        if self.others and any(guards.leaf_key(args[i]) != k for i, k in self.others):
-            return MISS
-        if context_state is not None and context_state() != self.context:
-            return MISS
-        entry = self.entry
-        if self.record is None:
-            return entry(self.fn, args, self.count)
-        graphed, record = self.graphed, self.record()
-        inputs = list(args) if entry.slots is None else [args[i] for i in entry.slots]
-        if (
-            record is None
-            or graphed.records.get(()) is not record
-            or not at_their_addresses(inputs, record.ptrs, record.slots)
-        ):
-            return MISS  # (dropped, recorded again, or an input moved: Graphed's bookkeeping decides)
-        outputs = graphed.replay_recorded(record, inputs)
-        return entry.unflatten(outputs) if entry.unflatten is not None else entry.outputs.assemble(outputs, args)
+        return self.call(args, context_state)
 
 
 def hot_path(fn, key: tuple, leaves, entry) -> HotPath | None:

@@ -24,6 +24,8 @@ as they are (graphs.py `Record.pending`).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 _cuda_tensor_at = getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", None)  # one C++ call
@@ -45,10 +47,9 @@ class View:
         )
         self.meta = {"size": t.shape, "stride": t.stride(), "dtype": t.dtype, "storage_offset": self.offset}
         # on(storage) -> the view: one C++ call on a GPU
-        self.on = self._on_cuda if _cuda_tensor_at is not None and t.is_cuda else self._on_any
-
-    def _on_cuda(self, storage: torch.UntypedStorage) -> torch.Tensor:
-        return _cuda_tensor_at(self.meta, storage)
+        self.on = (
+            functools.partial(_cuda_tensor_at, self.meta) if _cuda_tensor_at is not None and t.is_cuda else self._on_any
+        )
 
     def _on_any(self, storage: torch.UntypedStorage) -> torch.Tensor:
         return torch.empty(0, dtype=self.dtype, device=storage.device).set_(
