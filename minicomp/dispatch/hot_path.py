@@ -26,8 +26,9 @@ import weakref
 
 import torch
 
+from minicomp import logs
 from minicomp.dispatch.entries import Entry
-from minicomp.dispatch.hot_source import MISS, compiled
+from minicomp.dispatch.hot_source import MISS, written
 
 try:
     from torch._C._dynamo.guards import TensorGuards
@@ -53,6 +54,7 @@ class HotPath:
         "record",
         "call",
         "source",
+        "code",
     )
 
     def __init__(self, fn, key: tuple, leaves, entry: Entry, graphed=None):
@@ -72,8 +74,9 @@ class HotPath:
         self.graphed = graphed
         # the record it replays, held weakly: a record the graphs' bound drops frees its memory
         self.record = None if graphed is None else weakref.ref(graphed.records[()])
-        # call(args, context_state) -> the result or MISS: these checks and the replay written out (hot_source.py)
-        self.call, self.source = compiled(self, getattr(fn, "__name__", "call"))
+        # call(args, context_state) -> the result or MISS: these checks and the replay written out
+        # (hot_source.py); the entry's earlier hot path lends its code where the source is the same
+        self.call, self.source, self.code = written(self, getattr(fn, "__name__", None), entry.hot)
 
     def stale(self) -> bool:
         """A graphed entry's hot path whose record is no longer the one its Graphed replays."""
@@ -99,4 +102,8 @@ def hot_path(fn, key: tuple, leaves, entry) -> HotPath | None:
         record = graphed.records.get(())
         if record is None or record.saved or not graphed.fixed:
             return None
-    return HotPath(fn, key, leaves, entry, graphed)
+    try:
+        return HotPath(fn, key, leaves, entry, graphed)
+    except Exception as err:  # noqa: BLE001 - a hot path is an optimization: the keyed way serves every call
+        logs.recompiles.info("no hot path for this signature (%s: %s): every call is keyed", type(err).__name__, err)
+        return None

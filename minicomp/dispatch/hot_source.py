@@ -4,7 +4,8 @@ The hot path's checks are few, but done by generic code they loop over lists of 
 through a layer per step; a graphed signature's replay adds three more layers
 (runtime/graphs.py `replay_recorded`, `Record.replay`, graph_outputs.py `ready` / `hand_out`). So
 each signature's hot path is one function: its checks unrolled over its arguments, its record's
-replay inline, the record's constants (addresses, output metadata) in its namespace. For `f(x, y)`
+replay inline, the record's values (addresses, output metadata) in its namespace, so a hot path made
+again for its entry (a Parameter's, then a tensor's) reuses the code it compiled. For `f(x, y)`
 graphed, one output in the graph's memory (`minicomp.jit(f)._hot.source`):
 
     def hot_f(args, context_state):
@@ -24,15 +25,15 @@ graphed, one output in the graph's memory (`minicomp.jit(f)._hot.source`):
         if record is None or records.get(()) is not record:
             return MISS
         if (
-            a0.data_ptr() != 94365137579008 or
-            a1.data_ptr() != 94365137354048
+            a0.data_ptr() != ptr_0 or
+            a1.data_ptr() != ptr_1
         ):
             return MISS
         graphed.misses = 0
         record.used = next(clock)
         handed = record.handed
         s0, = handed if len(handed) == 1 else (None,)
-        if s0 is None or use_count(s0._cdata) > 1 or s0.data_ptr() != 94365158131712:
+        if s0 is None or use_count(s0._cdata) > 1 or s0.data_ptr() != memory_0:
             s0, = record.handed = plan.ready(handed)
         record.launch()
         return finish([on_0(s0)])
@@ -40,13 +41,14 @@ graphed, one output in the graph's memory (`minicomp.jit(f)._hot.source`):
 Each line is what the generic code did for this signature: `check` is torch's C++ TensorGuards,
 `plan.ready` settles what a caller still holds of the last call's outputs (graph_outputs.py), and
 `on_0` makes the output over the storage (one C++ call on a GPU). A plan that copies its outputs
-(a torch that can neither move nor mark them) replays through `Graphed.replay_recorded`. An
+(a torch that cannot move a held output: a backward's gradients, or any output where it cannot
+mark one stale either) replays through `Graphed.replay_recorded`. An
 H200's graphed `(x + y).relu()` went 9.7-11.0 -> 7.4-8.2 µs of host time (docs/experiments.md).
 """
 
 from __future__ import annotations
 
-import itertools
+import types
 
 import torch
 
@@ -56,11 +58,13 @@ from minicomp.runtime.graph_inputs import copy_inputs
 MISS = object()  # a call the hot path does not serve
 _MANY_ADDRESSES = 4  # more inputs read in place than this: their addresses compared in one C++ call
 _same_ptrs = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds
-_names = itertools.count()
 
 
-def compiled(hot, name: str) -> tuple:
-    """(the hot path's function, its source) for `hot` (a HotPath)."""
+def written(hot, name, earlier=None) -> tuple:
+    """(the hot path's function, its source, its code) for `hot` (a HotPath). `earlier`: a hot path
+    of the same entry made before; its code serves where the source is the same (the addresses and
+    the like are names in the namespace, so a hot path made again, a Parameter's then a tensor's,
+    compiles nothing)."""
     namespace = {
         "MISS": MISS,
         "global_state": guards.global_state,
@@ -95,8 +99,12 @@ def compiled(hot, name: str) -> tuple:
         lines += _replay(hot, args, namespace)
     function = f"hot_{_identifier(name)}"
     source = f"def {function}(args, context_state):\n" + "".join(f"    {line}\n" for line in lines)
-    exec(compile(source, f"<minicomp hot path {next(_names)}: {name}>", "exec"), namespace)  # noqa: S102
-    return namespace[function], source
+    if earlier is not None and earlier.source == source:
+        code = earlier.code
+    else:
+        module = compile(source, f"<minicomp hot path: {function}>", "exec")
+        code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    return types.FunctionType(code, namespace, function), source, code
 
 
 def _replay(hot, args: list[str], namespace: dict) -> list[str]:
@@ -115,21 +123,22 @@ def _replay(hot, args: list[str], namespace: dict) -> list[str]:
         finish = "assemble({}, args)"
     lines = ["record = record_ref()", "if record is None or records.get(()) is not record:", "    return MISS"]
     lines += _addresses(record, inputs, namespace)
-    if record.buffers:
-        lines.append(f"copy_inputs(record.buffers, [{', '.join(inputs)}])")
-    if plan.copied:  # (clones made after the replay: the generic way)
+    if plan.copied:  # (clones made after the replay: the generic way, its inputs copied there)
         replayed = "graphed.replay_recorded(record, [" + ", ".join(inputs) + "])"
         return [*lines, "return " + finish.format(replayed)]
+    if record.buffers:
+        lines.append(f"copy_inputs(record.buffers, [{', '.join(inputs)}])")
     lines += ["graphed.misses = 0", "record.used = next(clock)"]
     storages = [f"s{m}" for m in range(len(plan.memories))]
+    namespace.update({f"memory_{m}": memory.ptr for m, memory in enumerate(plan.memories)})
     if storages:  # the last call's storages again where no caller holds them (else plan.ready decides)
         names = ", ".join(storages) + ("," if len(storages) == 1 else "")
         lines += [
             "handed = record.handed",
             f"{names} = handed if len(handed) == {len(storages)} else {(None,) * len(storages)}",
             *_any_of(
-                f"{s} is None or use_count({s}._cdata) > 1 or {s}.data_ptr() != {memory.ptr}"
-                for s, memory in zip(storages, plan.memories)
+                f"{s} is None or use_count({s}._cdata) > 1 or {s}.data_ptr() != memory_{m}"
+                for m, s in enumerate(storages)
             ),
             f"    {names} = record.handed = plan.ready(handed)",
         ]
@@ -147,7 +156,8 @@ def _addresses(record, inputs: list[str], namespace: dict) -> list[str]:
     if len(record.static_ptrs) > _MANY_ADDRESSES and _same_ptrs is not None:
         namespace.update(same_ptrs=_same_ptrs, ptrs=record.ptrs, slots=record.slots)
         return [f"if not same_ptrs([{', '.join(inputs)}], ptrs, slots):", "    return MISS"]
-    return [*_any_of(f"{inputs[i]}.data_ptr() != {ptr}" for i, ptr in record.static_ptrs), "    return MISS"]
+    namespace.update({f"ptr_{i}": ptr for i, ptr in record.static_ptrs})
+    return [*_any_of(f"{inputs[i]}.data_ptr() != ptr_{i}" for i, _ in record.static_ptrs), "    return MISS"]
 
 
 def _any_of(conditions) -> list[str]:
@@ -181,5 +191,7 @@ def _outputs(record, inputs: list[str], storages: list[str], namespace: dict) ->
     return made
 
 
-def _identifier(name: str) -> str:
+def _identifier(name) -> str:
+    if not isinstance(name, str):
+        return "call"
     return "".join(c if (c.isascii() and c.isalnum()) or c == "_" else "_" for c in name) or "call"

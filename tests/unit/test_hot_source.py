@@ -24,6 +24,7 @@ class _Entry:
     slots = None
     unflatten = staticmethod(list)
     outputs = None
+    hot = None
 
 
 def _hot_over(graphed, args: list) -> HotPath:
@@ -141,3 +142,65 @@ def test_a_function_named_beyond_ascii_gets_a_hot_path():
     for _ in range(3):
         torch.testing.assert_close(jitted(x), x + 1)
     assert jitted._hot is not None and jitted._hot.source.startswith("def hot_f___(")
+
+
+@pytest.mark.parametrize("name", ["f\x00", None, "class", "1"])
+def test_any_name_gets_a_hot_path(name):
+    """A callable's `__name__` is any object: the written function's name is made of its letters."""
+
+    class Call:
+        def __call__(self, x):
+            return x * 2
+
+    fn = Call()
+    fn.__name__ = name
+    jitted = minicomp.jit(fn, fallback="raise")
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(jitted(x), x * 2)
+    assert jitted._hot is not None
+
+
+def test_a_hot_path_made_again_reuses_its_code():
+    """A Parameter and a tensor in turn (one key: the C++ guards tell them apart, so each call makes
+    the entry's hot path again): the written function is compiled once."""
+    jitted = minicomp.jit(lambda x: x + 1, fallback="raise")
+    p, t = torch.nn.Parameter(torch.randn(3), requires_grad=False), torch.randn(3)
+    with torch.no_grad():
+        jitted(p)
+        codes = set()
+        for _ in range(3):
+            for x in (p, t):
+                torch.testing.assert_close(jitted(x), x + 1)
+                codes.add(id(jitted._hot.code))
+    assert len(codes) == 1 and jitted.compiles == 1
+
+
+def test_a_plan_that_copies_its_outputs_copies_its_inputs_once(monkeypatch):
+    """(a torch that can neither move a held output nor mark it: the generic replay, its inputs
+    copied there alone)"""
+    from minicomp.runtime import graph_outputs
+    from minicomp.runtime import graphs as cuda_graphs
+
+    monkeypatch.setattr(graph_outputs, "_moves", False)
+    monkeypatch.setattr(graph_outputs, "_poison", None)
+    copies = []
+    real = cuda_graphs.copy_inputs
+
+    def counted(buffers, args):
+        copies.append(1)
+        return real(buffers, args)
+
+    monkeypatch.setattr(cuda_graphs, "copy_inputs", counted)
+    monkeypatch.setattr(hot_source, "copy_inputs", counted)
+    jitted = _graphed_jit(_two, FakeDevice())
+    y = torch.randn(4)
+    for _ in range(5):  # warm-up, capture, moved (x copied from then on), capture, a replay
+        x = torch.randn(4)
+        torch.testing.assert_close(jitted(x, y), _two(x, y))
+    assert "replay_recorded" in jitted._hot.source
+    copies.clear()
+    for _ in range(3):
+        x = torch.randn(4)
+        torch.testing.assert_close(jitted(x, y), _two(x, y))
+    assert copies == [1, 1, 1]
