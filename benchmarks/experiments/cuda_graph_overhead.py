@@ -12,10 +12,12 @@ For each of eager, minicomp (jit; the training step through `minicomp.jit` runs 
 minicomp-graphs (`minicomp.jit(..., cuda_graphs=True)`), minicomp-dynamo (`torch.compile(backend=
 "minicomp")`), minicomp-dynamo-graphs (`mode="reduce-overhead"`), inductor and inductor-ro
 (`mode="reduce-overhead"`): `host_us`, the host's time a call with the GPU held busy by a sleep
-queued first (step_host_time.py's method, 50 calls, the least of 3 rounds, the implementations in
-turn), `gpu_us` (CUDA events around the same calls), `wall_us` (a call timed alone, synchronized:
+queued first (step_host_time.py's method, 50 calls, the least of 3 rounds (env OVERHEAD_ROUNDS),
+the implementations in turn, after 200 calls of each: a process's first timed calls read up to 1.7x
+its later ones), `gpu_us` (CUDA events around the same calls), `wall_us` (a call timed alone, synchronized:
 what a caller waiting on each result sees) and, for the training step, `peak_mib` (the allocator's
-peak over the measured steps, after warm-up, graphs recorded). `graphs_recorded` counts the graphs
+peak over the measured steps, after warm-up, graphs recorded), `hot_path` (a `minicomp.jit` call
+served without its key: dispatch/hot_path.py). `graphs_recorded` counts the graphs
 an implementation recorded in its first 3 calls, `graph_refusals` what the "cudagraphs" log channel
 said ran without one. --tiny runs eager and minicomp's graphed forms of `tiny` and the training step
 through the backend (they refuse: CPU tensors). Env OVERHEAD_CASES and OVERHEAD_IMPLS (comma
@@ -36,7 +38,8 @@ from benchmarks.experiments import harness
 from benchmarks.experiments.step_host_time import host_and_gpu_us
 from minicomp.dispatch.dynamo import backend as minicomp_backend
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("OVERHEAD_ROUNDS", "3"))
+WARM_CALLS = 200
 
 
 def _tiny(x, y):
@@ -155,6 +158,10 @@ def main(argv=None):
                 channel.removeHandler(handler)
                 channel.setLevel(level)
             steps[impl], said[impl] = (step, fn), handler.lines
+        if not run.tiny:
+            for step, _ in steps.values():
+                for _ in range(WARM_CALLS):
+                    step()
         best = {}
         for _ in range(1 if run.tiny else ROUNDS):  # the implementations in turn, each round
             for impl, (step, _) in steps.items():
@@ -171,6 +178,7 @@ def main(argv=None):
                     step()
                 torch.cuda.synchronize()
                 row["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+            row["hot_path"] = getattr(steps[impl][1], "_hot", None) is not None  # (minicomp.jit's keyless calls)
             row["graphs_recorded"] = sum("graph recorded" in line for line in said[impl])
             row["graph_refusals"] = [line for line in said[impl] if "without" in line]
             rows.append(row)

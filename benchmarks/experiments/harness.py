@@ -119,7 +119,8 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
-def cpu_ms(fn, sets, calls: int = 2) -> float:
+def cpu_ms(fn, sets, calls: int = 1) -> float:
+    """ms a call of `fn` on the CPU (a tiny run's: it only shows the path runs, so one call)."""
     cycle = itertools.cycle(sets or [[]])
     start = time.perf_counter()
     for _ in range(calls):

@@ -19,6 +19,7 @@ externs.py         an extern call's real output held to the planned layout (conf
 allocate.py        buffers and views of a generated call, by torch's C++ fast paths
 interpreter_math.py  libdevice spelled for Triton's interpreter (CPU tensors)
 interpreter_index.py  ... and a runtime integer as a loop bound there (numpy 2)
+interpreter_reduce.py ... and `tl.reduce` with a kernel's own combine function as a tree there
 checks.py          device-side asserts in kernels (bounds, division by zero): raised as eager does
 graphs.py          CUDA graphs of compiled callables: recorded per signature, replayed (opt-in)
 graph_capture.py   ... their device side: side stream, memory pool, warm-up and capture

@@ -80,11 +80,12 @@ def _import(source: str, path: Path, interpret: bool) -> types.ModuleType:
         knobs.runtime.interpret = interpret
         exec(code, module.__dict__)  # noqa: S102 - minicomp's own generated text, verified above
     if interpret:
-        from minicomp.runtime import checks, interpreter_index
+        from minicomp.runtime import checks, interpreter_index, interpreter_reduce
         from minicomp.runtime.interpreter_math import libdevice
 
         checks.enable()  # its kernels' device-side asserts (checks.py) run
         interpreter_index.enable()  # a runtime size as a loop bound
+        interpreter_reduce.enable()  # a reduction's own combine function as a tree, not per element
 
         module.libdevice = libdevice
     sys.modules[mod_name] = module
