@@ -8,7 +8,9 @@ minicomp's reductions name their own combine functions (codegen/reduction_lines.
 makes that case a tree: the combine function is called on whole halves of the reduced axis
 (element 2i with 2i+1, the odd last one carried), log2(n) calls in all. `tl.reduce` requires an
 associative combine function, and a GPU combines in a tree too; the pairs keep their order
-(the earlier element first), as tie-breaking combines (argmax's) need. A scan likewise: each
+(the earlier element first), as tie-breaking combines (argmax's) need; a combine that is not
+associative (a float sum's last bit, NaN through `tl.where(a > b, a, b)`) gives what a GPU's
+tree would, not the loop's. A combine function that branches on its values runs the loop. A scan likewise: each
 element combined with the one `offset` before it, for offsets 1, 2, 4, ... (Hillis and Steele's
 inclusive scan, log2(n) calls; codegen/scan.py's scans name their combine functions too).
 """
@@ -30,32 +32,60 @@ def enable() -> None:
     def generic_reduce(self, input):
         if self.axis is None or input[0].handle.data.shape[self.axis] == 0:
             return reduce_loop(self, input)  # (the whole tensor, or nothing to reduce: the interpreter's own)
-        return _tree(self, input)
+        try:
+            return _tree(self, input)
+        except _ValueBranch:
+            return reduce_loop(self, input)
 
     def generic_scan(self, input):
         if self.axis is None:
             return scan_loop(self, input)
-        return _scan(self, input)
+        try:
+            return _scan(self, input)
+        except _ValueBranch:
+            return scan_loop(self, input)
 
     generic_reduce._minicomp_tree = True
     reduce_ops.generic_reduce = generic_reduce
     scan_ops.generic_scan = generic_scan
 
 
+class _ValueBranch(Exception):
+    """A combine function that branches on its values (`if a > b:`): element by element, then."""
+
+
 def _combined(ops, first: list, second: list, like: list, take) -> list:
     """Where `take` (a bool array along the axis) holds: ops.combine_fn of `first` and `second`
-    (arrays of the block's shape: Triton's block types must stay powers of two); elsewhere `first`."""
+    (arrays of the block's shape: Triton's block types must stay powers of two); elsewhere `first`.
+    Raises _ValueBranch where the combine function asks a block for its truth (the interpreter
+    would answer True for any block of more than one element)."""
+    import triton.language as tl
+
     dtypes = [t for _, t in like]
-    with np.errstate(all="ignore"):  # (the lanes not taken may combine anything)
-        combined = ops.combine_fn.fn(
-            *[ops.to_tensor(a, t) for a, t in zip(first, dtypes)],
-            *[ops.to_tensor(b, t) for b, t in zip(second, dtypes)],
-        )
-    combined = combined if isinstance(combined, tuple) else (combined,)
-    return [
-        np.where(take, np.broadcast_to(getattr(getattr(c, "handle", None), "data", c), a.shape).astype(v.dtype), a)
-        for c, a, (v, _) in zip(combined, first, like)
-    ]
+    tensor = tl.core.tensor
+    truth = tensor.__bool__
+
+    def block_truth(value):
+        if value.handle.data.size > 1:
+            raise _ValueBranch
+        return truth(value)
+
+    tensor.__bool__ = block_truth
+    try:
+        with np.errstate(all="ignore"):  # (the lanes not taken may combine anything)
+            combined = ops.combine_fn.fn(
+                *[ops.to_tensor(a, t) for a, t in zip(first, dtypes)],
+                *[ops.to_tensor(b, t) for b, t in zip(second, dtypes)],
+            )
+            combined = combined if isinstance(combined, tuple) else (combined,)
+            return [
+                np.where(
+                    take, np.broadcast_to(getattr(getattr(c, "handle", None), "data", c), a.shape).astype(v.dtype), a
+                )
+                for c, a, (v, _) in zip(combined, first, like)
+            ]
+    finally:
+        tensor.__bool__ = truth
 
 
 def _along(axis: int, ndim: int, mask: np.ndarray) -> np.ndarray:

@@ -60,3 +60,30 @@ def test_a_tree_combines_as_the_loop_does(length):
             values[r][np.flatnonzero(values[r][: i + 1])[-1]] if values[r][: i + 1].any() else 0 for i in range(length)
         ]
         np.testing.assert_array_equal(scanned[r].numpy(), so_far)
+
+
+@triton.jit
+def _max_by_branch(a, b):  # valid Triton: a branch on the values (scf.if inside the reduction)
+    if a > b:
+        r = a
+    else:
+        r = b
+    return r
+
+
+def test_a_combine_that_branches_on_its_values_runs_element_by_element():
+    interpreter_reduce.enable()
+    with knobs.runtime.scope():
+        knobs.runtime.interpret = True
+
+        @triton.jit
+        def branchy(x_ptr, out_ptr, scan_ptr, N: tl.constexpr):
+            x = tl.load(x_ptr + tl.arange(0, N))
+            tl.store(out_ptr, tl.reduce(x, 0, _max_by_branch))
+            tl.store(scan_ptr + tl.arange(0, N), tl.associative_scan(x, 0, _max_by_branch))
+
+        x = torch.tensor([5.0, 0, 3, 1, 2, 6, 4, 0])
+        out, scanned = torch.empty(1), torch.empty(8)
+        branchy[(1,)](x, out, scanned, N=8)
+    assert out.item() == 6
+    np.testing.assert_array_equal(scanned.numpy(), [5, 5, 5, 5, 5, 6, 6, 6])
