@@ -30,8 +30,8 @@ difference) per mode, and the mean per-stage cost of a new length after the firs
 `again_s`, `compile_s` are measured for it); `aot_eager` (Dynamo and AOTAutograd, no compiler)
 gives the floor every backend pays; a backend named `NAME:regional` (`minicomp:regional`) compiles
 each decoder layer alone (`layer.compile(backend=NAME)`, regional compilation: identical layers
-share one compile) and runs the rest of the model eagerly. `--tiny` runs 1 layer, lengths 5-7, on the CPU: a
-smoke run, its numbers mean nothing.
+share one compile) and runs the rest of the model eagerly. `--tiny` runs 1 layer, lengths 5-7, training
+steps (the warm-up row is an inference step), on the CPU: a smoke run, its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def lengths(text: str) -> list[int]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where the JSON results go")
-    parser.add_argument("--tiny", action="store_true", help="1 layer, 3 lengths, CPU: a smoke run")
+    parser.add_argument("--tiny", action="store_true", help="1 layer, 3 lengths, train, CPU: a smoke run")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--layers", default="2,8")
     parser.add_argument("--lengths", default="8-14", help="A-B or a,b,c: the first is the first step's")
@@ -232,6 +232,7 @@ def main(argv=None):
         if os.environ.get("TRITON_INTERPRET") != "1":
             parser.error("--tiny runs on the CPU through Triton's interpreter: set TRITON_INTERPRET=1")
         args.device, args.layers, args.lengths, args.hidden, args.heads, args.kv_heads = "cpu", "1", "5-7", 32, 4, 2
+        args.modes = "train"  # (the warm-up row is an inference step)
     args.lengths = lengths(args.lengths)
     layer_counts = [int(x) for x in args.layers.split(",")]
     recorder = Recorder()

@@ -7,7 +7,8 @@ forward + backward) in a fresh process with empty caches, once per MINICOMP_COMP
 in THREADS (16 twice: first and last, for the noise), after one untimed run that fills Python's
 bytecode cache (bench/run.py `probe_env`). Each row: the seconds of the first step and what the
 probe said of its kernels: the first calls' waits for their compiles, their tuning, and the
-number of Triton compiles. With --tiny: bias + ReLU on the CPU (nothing compiles there).
+number of Triton compiles. With --tiny: bias + ReLU on the CPU (nothing compiles there), one
+row, no untimed run.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ def main(argv=None):
     mode = [] if run.tiny else ["block"]
     rows = []
     with tempfile.TemporaryDirectory() as pycache:
-        with tempfile.TemporaryDirectory() as scratch:
-            run_probe("minicomp", mode, probe_env(scratch, pycache), device=run.device)
-        for threads in THREADS[:2] if run.tiny else THREADS:
+        if not run.tiny:  # untimed: fills Python's bytecode cache (a smoke run times nothing)
+            with tempfile.TemporaryDirectory() as scratch:
+                run_probe("minicomp", mode, probe_env(scratch, pycache), device=run.device)
+        for threads in THREADS[:1] if run.tiny else THREADS:
             with tempfile.TemporaryDirectory() as cache:
                 env = dict(probe_env(cache, pycache), MINICOMP_COMPILE_THREADS=str(threads))
                 lines = run_probe("minicomp", mode, env, device=run.device)

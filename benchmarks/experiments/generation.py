@@ -5,8 +5,8 @@
     TRITON_INTERPRET=1 python -m benchmarks.experiments.generation OUT.json --tiny
 
 A suite language model (minicomp/bench/model_specs.py: 2 layers at real widths, bf16 on the GPU;
-`--tiny`: its tiny sizes, float32 on the CPU, a smoke run whose numbers mean nothing), greedy
-decoding of `--tokens` tokens after a prompt of `--prompt`, the model called once a token with a
+`--tiny`: its tiny sizes, float32 on the CPU, Llama alone unless `--models`, a smoke run whose
+numbers mean nothing), greedy decoding of `--tokens` tokens after a prompt of `--prompt`, the model called once a token with a
 `DynamicCache` (the cache grows by one position a call: from the third call Dynamo's graph is
 dynamic in its length). Each variant runs in this process after `torch._dynamo.reset()` with a
 fresh minicomp cache. Per token: the call's wall seconds (synchronized), and for minicomp the
@@ -15,7 +15,8 @@ dynamic graph into static parts (capture/static_parts.py), so it compiles each l
 variant: the prompt's and the first
 three tokens' seconds, the median and largest of the rest, the compiles after the third token
 (issue #42's goal: none), the generated tokens' agreement with eager's, and `steady_ms`: the
-median of 20 more calls at the last length (each on a copy of the cache, after 3 warm-up calls).
+median of 20 more calls at the last length (each on a copy of the cache, after 3 warm-up calls;
+`--tiny`: 2 after 1).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def _counting_compiles() -> list:
     return names
 
 
-def generate(model, variant: str, prompt: torch.Tensor, tokens: int, compiles: list) -> dict:
+def generate(model, variant: str, prompt: torch.Tensor, tokens: int, compiles: list, steady_calls=(3, 20)) -> dict:
+    """One variant's generation; `steady_calls`: (warm-up, timed) calls of `_steady`."""
     import transformers
 
     from minicomp.dispatch.dynamo import registered
@@ -76,7 +78,7 @@ def generate(model, variant: str, prompt: torch.Tensor, tokens: int, compiles: l
             compiled.append(len(compiles) - before)
             token = logits[:, -1:].argmax(-1)
             out.append(int(token))
-        steady = _steady(fn, token, cache)
+        steady = _steady(fn, token, cache, *steady_calls)
     later = seconds[4:]
     return dict(
         variant=variant,
@@ -115,7 +117,7 @@ def _sync():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where the JSON results go")
-    parser.add_argument("--tiny", action="store_true", help="tiny sizes, CPU, 6 tokens: a smoke run")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes, CPU, 6 tokens, llama alone: a smoke run")
     parser.add_argument("--models", default="llama,gpt2")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompt", type=int, default=128)
@@ -126,6 +128,7 @@ def main(argv=None):
         if os.environ.get("TRITON_INTERPRET") != "1":
             parser.error("--tiny runs on the CPU through Triton's interpreter: set TRITON_INTERPRET=1")
         device, dtype, args.tokens, args.prompt, args.variants = "cpu", torch.float32, 6, 5, "eager,minicomp"
+        args.models = "llama" if args.models == parser.get_default("models") else args.models
     compiles = _counting_compiles()
     rows = []
     for name in args.models.split(","):
@@ -134,7 +137,8 @@ def main(argv=None):
         model = ms.build_task(spec, importlib.import_module(spec.library), sizes, "infer", device, dtype).model.inner
         prompt = torch.randint(sizes.vocab, (1, args.prompt), generator=torch.Generator().manual_seed(0)).to(device)
         for variant in args.variants.split(","):
-            row = dict(model=name, device=device, **generate(model, variant, prompt, args.tokens, compiles))
+            steady = (1, 2) if args.tiny else (3, 20)
+            row = dict(model=name, device=device, **generate(model, variant, prompt, args.tokens, compiles, steady))
             print(json.dumps({k: v for k, v in row.items() if k not in ("tokens", "compiles")}), flush=True)
             rows.append(row)
         eager = next((r["tokens"] for r in rows if r["model"] == name and r["variant"] == "eager"), None)

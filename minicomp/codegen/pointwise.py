@@ -67,11 +67,16 @@ def write(plan: Plan, kernel: Kernel) -> PointwiseSource:
 
 
 def _surveyed(plan: Plan, kernel: Kernel, parts: walking.Parts | None = None):
-    """(writer, source) written twice: the first pass surveys which addresses are loaded under
-    which conditions, so the second loads an address once where it is read under complementary
-    conditions (KernelWriter.merged_mask)."""
+    """(writer, source) written twice where it may change: the first pass surveys which addresses
+    are loaded under which conditions, so the second loads an address once where it is read under
+    complementary conditions (KernelWriter.merged_mask) or as half of a pair (`load`). Where no
+    address was loaded under two sets of conditions and no dim is walked in two interleaved parts,
+    the second pass would write the first one's text: the first is the source."""
     survey = PointwiseWriter(plan, kernel, parts)
-    survey.write()
+    first = survey.write()
+    paired = parts is not None and parts.interleaved and parts.count == 2
+    if not paired and all(len(conditions) < 2 for conditions in survey.requests.values()):
+        return survey, first
     writer = PointwiseWriter(plan, kernel, parts, survey.requests)
     return writer, writer.write()
 

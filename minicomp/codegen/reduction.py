@@ -76,13 +76,14 @@ class ReductionSource(KernelSource):
 
 
 def write(plan: Plan, kernel: Kernel) -> ReductionSource:
-    """The kernel's source; a looped kernel is written twice, the first time to learn which passes
-    load each address (`ReductionWriter.eviction`)."""
-    if not kernel.looped:
-        return ReductionWriter(plan, kernel).write()
-    survey = ReductionWriter(plan, kernel)
-    survey.write()
-    return ReductionWriter(plan, kernel, survey.passes).write()
+    """The kernel's source; a looped kernel is written twice where an address is loaded by more
+    than one of its passes, the first time to learn which passes load each address
+    (`ReductionWriter.eviction`; an address one pass loads is written alike either way)."""
+    first = ReductionWriter(plan, kernel)
+    source = first.write()
+    if not kernel.looped or all(len(passes) < 2 for passes in first.passes.values()):
+        return source
+    return ReductionWriter(plan, kernel, first.passes).write()
 
 
 @dataclass

@@ -367,3 +367,35 @@ def test_views_of_an_input_at_a_storage_offset(device):
         torch.testing.assert_close(g, e)
     call = _call(minicomp.jit(fn).source(x, w))
     assert "aten.split" not in call and "= reinterpret(x," in call, call
+
+
+def test_a_kernel_is_written_again_only_where_its_survey_can_change_it(monkeypatch):
+    """A pointwise kernel is written a second time only where the first writing found an address
+    loaded under two sets of conditions (or a dim walked as interleaved pairs), a looped reduction
+    only where an address is loaded by two of its passes: other kernels' second writing was their
+    first one's text (a layer's codegen, issue #42)."""
+    from minicomp import config
+    from minicomp.codegen import pointwise, reduction
+    from minicomp.tools.workloads import rope_neox_partial
+
+    writes = {"pointwise": 0, "reduction": 0}
+    for kind, writer in (("pointwise", pointwise.PointwiseWriter), ("reduction", reduction.ReductionWriter)):
+        monkeypatch.setattr(
+            writer, "write", lambda self, real=writer.write, k=kind: writes.__setitem__(k, writes[k] + 1) or real(self)
+        )
+
+    def written(fn, *args, looped=False):
+        writes.update(pointwise=0, reduction=0)
+        source = check(fn, *args, kernels=1)
+        assert not looped or "for roffset in range(" in source
+        return dict(writes)
+
+    x = torch.randn(4, 100)
+    assert written(lambda x: (x * 2).relu(), x) == {"pointwise": 1, "reduction": 0}
+    q, k = torch.randn(2, 3, 5, 128), torch.randn(2, 3, 5, 128)
+    cos, sin = torch.randn(5, 32), torch.randn(5, 32)
+    assert written(rope_neox_partial, q, k, cos, sin)["pointwise"] == 2  # q at one address under x3 < 32 and >= 32
+    rows = torch.randn(4, 300)
+    with config.override(persistent_rows=64):  # rows of 300 loop
+        assert written(lambda x: x.sum(-1), rows, looped=True)["reduction"] == 1  # one pass
+        assert written(lambda x: torch.softmax(x, -1), rows, looped=True)["reduction"] == 2  # the row read again

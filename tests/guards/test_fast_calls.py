@@ -1,6 +1,7 @@
 """Issue: fast calls and compiles. Lean dispatch, the persistent cache, shapes, threads."""
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -94,9 +95,18 @@ def test_two_processes_compiling_at_once_agree(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))  # every write was renamed into place
 
 
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """A cache that one fresh process running PROBE filled (each damage test damages a copy)."""
+    cache_dir = tmp_path_factory.mktemp("probed")
+    [[ok, traces, _]] = run_probe(cache_dir)
+    assert ok == "True" and traces == "1"
+    return cache_dir
+
+
 @pytest.mark.parametrize("damage", ["truncate_module", "garbage_entry", "missing_module"])
-def test_damaged_cache_entries_are_rebuilt(tmp_path, damage):
-    run_probe(tmp_path)
+def test_damaged_cache_entries_are_rebuilt(tmp_path, damage, probed):
+    shutil.copytree(probed, tmp_path, dirs_exist_ok=True, symlinks=True)
     module = next((tmp_path / "modules").glob("*.py"))
     entry = next((tmp_path / "entries").glob("*.json"))
     if damage == "truncate_module":

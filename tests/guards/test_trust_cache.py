@@ -3,6 +3,7 @@ and a cache that another user could write never runs their code."""
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -127,12 +128,20 @@ PROBE = """
 """
 
 
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """A cache that one fresh process running PROBE filled (each damage test damages a copy)."""
+    mc = tmp_path_factory.mktemp("probed") / "mc"
+    assert run(PROBE, mc).stdout.split() == ["True", "1"]
+    return mc
+
+
 @pytest.mark.parametrize(
     "damage", ["bad_utf8", "directory_for_module", "modules_is_a_file", "entries_is_a_file", "modules_is_a_symlink"]
 )
-def test_cache_damage_is_repaired(tmp_path, damage):
+def test_cache_damage_is_repaired(tmp_path, damage, probed):
     mc = tmp_path / "mc"
-    assert run(PROBE, mc).stdout.split() == ["True", "1"]
+    shutil.copytree(probed, mc, symlinks=True)
     module = next((mc / "modules").glob("*.py"))
     if damage == "bad_utf8":
         module.write_bytes(module.read_bytes() + b"\xff\xfe\n")
@@ -141,8 +150,6 @@ def test_cache_damage_is_repaired(tmp_path, damage):
         module.mkdir()
     elif damage in ("modules_is_a_file", "entries_is_a_file"):
         part = mc / damage.split("_")[0]
-        import shutil
-
         shutil.rmtree(part)
         part.write_text("not a directory")
     else:
