@@ -6,17 +6,16 @@
 
 A suite language model (minicomp/bench/model_specs.py: 2 layers at real widths, bf16 on the GPU;
 `--tiny`: its tiny sizes, float32 on the CPU, Llama alone unless `--models`, a smoke run whose
-numbers mean nothing), greedy decoding of `--tokens` tokens after a prompt of `--prompt`, the model called once a token with a
-`DynamicCache` (the cache grows by one position a call: from the third call Dynamo's graph is
-dynamic in its length). Each variant runs in this process after `torch._dynamo.reset()` with a
-fresh minicomp cache. Per token: the call's wall seconds (synchronized), and for minicomp the
-graphs it compiled during the call (pipeline runs). Variant `minicomp-per-size` never cuts a
-dynamic graph into static parts (capture/static_parts.py), so it compiles each length. Per
-variant: the prompt's and the first
-three tokens' seconds, the median and largest of the rest, the compiles after the third token
-(issue #42's goal: none), the generated tokens' agreement with eager's, and `steady_ms`: the
-median of 20 more calls at the last length (each on a copy of the cache, after 3 warm-up calls;
-`--tiny`: 2 after 1).
+numbers mean nothing), greedy decoding of `--tokens` tokens after a prompt of `--prompt`, the model
+called once a token with a `DynamicCache` (the cache grows by one position a call: from the third
+call Dynamo's graph is dynamic in its length). Each variant runs in this process after
+`torch._dynamo.reset()` with a fresh minicomp cache. Per token: the call's wall seconds
+(synchronized), and for minicomp the graphs it compiled during the call (pipeline runs). Variant
+`minicomp-per-size` never cuts a dynamic graph into static parts (capture/static_parts.py), so it
+compiles each length. Per variant: the prompt's and the first three tokens' seconds, the median and
+largest of the rest, the compiles after the third token (issue #42's goal: none), the generated
+tokens' agreement with eager's, and `steady_ms`: the median of 20 more calls at the last length
+(each on a copy of the cache, after 3 warm-up calls; `--tiny`: 2 after 1).
 """
 
 from __future__ import annotations
