@@ -31,7 +31,8 @@ difference) per mode, and the mean per-stage cost of a new length after the firs
 gives the floor every backend pays; a backend named `NAME:regional` (`minicomp:regional`) compiles
 each decoder layer alone (`layer.compile(backend=NAME)`, regional compilation: identical layers
 share one compile) and runs the rest of the model eagerly. `--tiny` runs 1 layer, lengths 5-7, training
-steps (the warm-up row is an inference step), on the CPU: a smoke run, its numbers mean nothing.
+steps unless `--modes` (the warm-up row is an inference step), on the CPU: a smoke run, its numbers
+mean nothing.
 """
 
 from __future__ import annotations
@@ -232,7 +233,8 @@ def main(argv=None):
         if os.environ.get("TRITON_INTERPRET") != "1":
             parser.error("--tiny runs on the CPU through Triton's interpreter: set TRITON_INTERPRET=1")
         args.device, args.layers, args.lengths, args.hidden, args.heads, args.kv_heads = "cpu", "1", "5-7", 32, 4, 2
-        args.modes = "train"  # (the warm-up row is an inference step)
+        if args.modes == parser.get_default("modes"):
+            args.modes = "train"  # (the warm-up row is an inference step)
     args.lengths = lengths(args.lengths)
     layer_counts = [int(x) for x in args.layers.split(",")]
     recorder = Recorder()

@@ -5,15 +5,14 @@ The experiments' smoke runs (tests/tools/test_experiments.py) are a fresh proces
 pytest worker) imports them once; each run is a child forked from it that takes the run's
 environment, working directory and `sys.path`, runs the module as `__main__` with its output in
 a file, and exits as the interpreter would (threads joined, atexit handlers run). What a child
-shares with its siblings: string hashing's seed and `sys.flags`, so a test of what a *fresh
+shares with its siblings: string hashing's seed, `sys.flags` and what torch and Triton read from
+the environment at their import (Triton reads TRITON_INTERPRET when a kernel is defined), so a test of what a *fresh
 interpreter* does (a cache served to a second process, what an import loads) keeps starting one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SERVER = r"""
-import atexit, json, os, runpy, sys, threading, traceback
+import atexit, json, os, runpy, signal, sys, threading, time, traceback
 import torch, triton  # the preload
 
 base_path = sys.path[1:]  # ("-c" put the working directory first; each run puts its own)
@@ -60,9 +59,16 @@ for line in sys.stdin:
                 sys.stderr.flush()
             finally:
                 os._exit(code)
-    print(json.dumps({"pid": pid}), flush=True)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
+    deadline, timed_out = time.monotonic() + job["timeout"], False
+    while True:  # (killed here, before it is reaped: its pid cannot have gone to another process)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if not timed_out and time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            timed_out = True
+        time.sleep(0.02)
+    print(json.dumps({"code": os.waitstatus_to_exitcode(status), "timed_out": timed_out}), flush=True)
 """
 
 
@@ -74,7 +80,8 @@ class Finished:
 
 
 class Preloaded:
-    """A server process that forks a child per `run`; one run at a time."""
+    """A server process that forks a child per `run`, one run at a time, and kills a run that
+    passes its time limit."""
 
     def __init__(self):
         self._server: subprocess.Popen | None = None
@@ -83,20 +90,15 @@ class Preloaded:
     def run(self, module: str, args: list[str], *, env: dict, cwd: Path, log: Path, timeout: float) -> Finished:
         with self._lock:
             server = self._started()
-            job = dict(module=module, args=args, env=env, cwd=str(cwd), log=str(log))
+            job = dict(module=module, args=args, env=env, cwd=str(cwd), log=str(log), timeout=timeout)
             server.stdin.write(json.dumps(job) + "\n")
             server.stdin.flush()
-            pid = json.loads(server.stdout.readline())["pid"]
-            timer = threading.Timer(timeout, _kill, (pid,))
-            timer.start()
-            try:
-                reply = server.stdout.readline()
-            finally:
-                timer.cancel()
+            reply = server.stdout.readline()  # the server kills a run at its time limit
             if not reply:
                 raise RuntimeError(f"the preloaded server exited ({server.wait()}) while running {module}")
-            code = json.loads(reply)["code"]
-            return Finished(code, log.read_text(errors="replace"), timed_out=code == -signal.SIGKILL)
+            done = json.loads(reply)
+            output = log.read_text(errors="replace") if log.exists() else ""
+            return Finished(done["code"], output, timed_out=done["timed_out"])
 
     def close(self) -> None:
         if self._server is not None:
@@ -110,10 +112,3 @@ class Preloaded:
                 [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
             )
         return self._server
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

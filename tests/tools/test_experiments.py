@@ -46,6 +46,7 @@ def test_experiment_runs_tiny(name, tmp_path, preloaded):
     assert result["rows"] and "not a measurement" in result["device"]
 
 
+@pytest.mark.slow  # a server that imports torch and Triton
 def test_a_preloaded_run_is_its_own_process(tmp_path):
     """A run gets its environment, working directory and arguments, its exit status and output
     come back, a hung run is killed at its time limit, and the server outlives each of them."""
