@@ -60,6 +60,14 @@ class ClosedOver(TorchFunctionMode):
             )
             raise guards.TraceStopped(self.stopped)
         kwargs = kwargs or {}
+        if "out" in kwargs and _computes_in_out_dtype(func, args, kwargs):
+            out = kwargs["out"]
+            self.stopped = guards.OutDtype(
+                f"it calls {getattr(func, '__name__', func)} with out= of dtype {out.dtype} and no dtype=: "
+                f"eager computes it in {out.dtype}, a traced graph (torch's functionalization) in the "
+                f"result's dtype. Pass dtype={out.dtype} too, or keep the call outside the jitted function"
+            )
+            raise guards.TraceStopped(self.stopped)
         written = _written_in_place(func, args, kwargs)
         if written is not None and _is_real(written):
             raise guards.SideEffect(
@@ -119,6 +127,32 @@ class ClosedOver(TorchFunctionMode):
             raise stop.refusal from None
         if self.stopped is not None:
             raise self.stopped
+
+
+def _computes_in_out_dtype(func, args, kwargs) -> bool:
+    """Whether `func(*args, **kwargs)` writes an `out=` tensor of another dtype than its result
+    would have, through a function that takes `dtype=` (unset here): ATen's reductions and scans
+    then compute in `out`'s dtype, where torch's functionalization (make_fx, AOTAutograd) calls
+    the function without `out` and copies its result into it. Asked of meta copies of the
+    arguments; a call it cannot ask that of is not refused."""
+    out = kwargs.get("out")
+    if not isinstance(out, torch.Tensor) or kwargs.get("dtype") is not None:
+        return False
+    rest = {k: v for k, v in kwargs.items() if k != "out"}
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:  # (outside the trace: neither this mode nor the tracer's dispatch mode sees these calls)
+        with torch._C.DisableTorchFunction(), _disable_current_modes():
+            meta_args, meta_rest = pytree.tree_map_only(torch.Tensor, _on_meta, (args, rest))
+            result = func(*meta_args, **meta_rest)
+            func(*meta_args, **meta_rest, dtype=out.dtype)  # (a TypeError: the function takes no dtype)
+    except Exception:  # noqa: BLE001 - not a call this can ask about
+        return False
+    return isinstance(result, torch.Tensor) and result.dtype != out.dtype
+
+
+def _on_meta(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
 
 
 # Tensor methods that read values into Python: a stand-in has none (`.numpy()` would read memory

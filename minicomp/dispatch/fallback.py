@@ -51,6 +51,7 @@ def describe(name: str, err: Exception) -> str:
             guards.GradHook,
             guards.GradModeInside,
             guards.ReadsValues,
+            guards.OutDtype,
         ),
     ):
         why = text

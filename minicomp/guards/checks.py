@@ -118,6 +118,12 @@ class ReadsValues(RuntimeError):
     `.numpy()`): a trace has no values to give it, and a number it read would be baked in."""
 
 
+class OutDtype(RuntimeError):
+    """An op given an `out=` tensor of another dtype than its result, its `dtype` unset: ATen
+    computes it in `out`'s dtype (`torch.sum(x, 1, out=half)` sums in half), torch's
+    functionalization in the result's and rounds once (capture/closed_over.py)."""
+
+
 class TraceStopped(BaseException):  # noqa: N818 - not an error of the user's: the trace stops
     """Raised inside the function being traced where the trace cannot go on (a value read, an op
     only make_fx can follow): a BaseException, so that the function's own `except Exception` or

@@ -140,7 +140,27 @@ def test_dtype_argument_rounds_each_element_first(device):
     x = torch.tensor([[1e5, -1e5, 3.0], [2.0, 1e-4, 0.5]], device=device)
     check(lambda x: torch.cumsum(x, 1, dtype=torch.float16), x)
     check(lambda x: torch.cumprod(x, 1, dtype=torch.float16), x)
-    check(lambda x, o: torch.cumsum(x, 1, out=o), x, torch.empty(2, 3, dtype=torch.float16, device=device))
+    half = torch.empty(2, 3, dtype=torch.float16, device=device)
+    check(lambda x, o: torch.cumsum(x, 1, dtype=o.dtype, out=o), x, half)
+
+
+@pytest.mark.parametrize("op, shape", [(torch.cumsum, (2, 3)), (torch.sum, (2,))])
+def test_out_of_another_dtype_without_dtype_runs_eagerly(device, op, shape):
+    """`torch.sum(x, 1, out=half)` sums in half in eager (ATen takes `out`'s dtype where `dtype` is
+    unset); torch's functionalization summed in float32 and rounded once ([3, 2.5] for eager's
+    [nan, 2.5]; cumsum's on torch 2.11): the call falls back, with the reason, and is right. An
+    `out=` of the result's own dtype compiles."""
+    x = torch.tensor([[1e5, -1e5, 3.0], [2.0, 1e-4, 0.5]], device=device)
+
+    def f(x, o):
+        return op(x, 1, out=o)
+
+    half = torch.empty(shape, dtype=torch.float16, device=device)
+    with pytest.warns(UserWarning, match="out= of dtype torch.float16 and no dtype="):
+        got = minicomp.jit(f, fallback="warn")(x, half.clone())
+    torch.testing.assert_close(got, f(x, half.clone()), equal_nan=True)
+    same = torch.empty(shape, device=device)
+    torch.testing.assert_close(minicomp.jit(f, fallback="raise")(x, same.clone()), f(x, same.clone()))
 
 
 def test_logcumsumexp_keeps_small_increments(device):
