@@ -65,7 +65,7 @@ class ClosedOver(TorchFunctionMode):
             self.stopped = guards.OutDtype(
                 f"it calls {getattr(func, '__name__', func)} with out= of dtype {out.dtype} and no dtype=: "
                 f"eager computes it in {out.dtype}, a traced graph (torch's functionalization) in the "
-                f"result's dtype. Pass dtype={out.dtype} too, or keep the call outside the jitted function"
+                "result's dtype. Keep the call outside the jitted function"
             )
             raise guards.TraceStopped(self.stopped)
         written = _written_in_place(func, args, kwargs)
@@ -136,9 +136,11 @@ def _computes_in_out_dtype(func, args, kwargs) -> bool:
     the function without `out` and copies its result into it. Asked of meta copies of the
     arguments; a call it cannot ask that of is not refused."""
     out = kwargs.get("out")
-    if not isinstance(out, torch.Tensor) or kwargs.get("dtype") is not None:
-        return False
+    if not isinstance(out, torch.Tensor) or kwargs.get("dtype") is not None or not out.dtype.is_floating_point:
+        return False  # (an integer out: summed wider and narrowed wraps as eager's sum does)
     rest = {k: v for k, v in kwargs.items() if k != "out"}
+    if not any(isinstance(v, torch.Tensor) for v in pytree.tree_leaves((args, rest))):
+        return False  # a factory (torch.zeros, torch.rand): its meta call would run it for real
     from torch.utils._python_dispatch import _disable_current_modes
 
     try:  # (outside the trace: neither this mode nor the tracer's dispatch mode sees these calls)

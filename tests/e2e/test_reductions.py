@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check
+from conftest import aten_call, check
 
 from minicomp import config
 from minicomp.tools.workloads import add_rms_norm, cross_entropy, layer_norm, rms_norm, softmax
@@ -146,3 +146,17 @@ def test_integer_count_converts_to_bfloat16(device):
     y = torch.arange(5, device=device)
     check(lambda y: (y >= 0).sum().to(torch.bfloat16), y)
     check(lambda y: y.to(torch.bfloat16) * 3, y)
+
+
+@pytest.mark.parametrize("op", [torch.sum, torch.prod])
+def test_a_16_bit_dtype_argument_rounds_each_element_first(device, op):
+    """`torch.sum(x, 1, dtype=float16)` of float32 x rounds each element to float16 first, as eager
+    does (1e5 is inf there: [nan, 2.5]); a kernel cast each element straight to its float32
+    accumulator ([3, 2.5]), so such a call is an ATen call. Upcasting (float16 to float32) is a
+    kernel still."""
+    x = torch.tensor([[1e5, -1e5, 3.0], [2.0, 1e-4, 0.5]], device=device)
+    if op is torch.prod:
+        x = torch.tensor([[300.0, 300.0, 1e-3], [1.0, 2.0, 3.0]], device=device)
+    check(lambda x: op(x, 1, dtype=torch.float16), x)
+    source = check(lambda x: op(x.half(), 1, dtype=torch.float32), x, kernels=1)
+    assert not aten_call(source, op.__name__)

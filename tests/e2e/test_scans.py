@@ -161,6 +161,23 @@ def test_out_of_another_dtype_without_dtype_runs_eagerly(device, op, shape):
     torch.testing.assert_close(got, f(x, half.clone()), equal_nan=True)
     same = torch.empty(shape, device=device)
     torch.testing.assert_close(minicomp.jit(f, fallback="raise")(x, same.clone()), f(x, same.clone()))
+    ints = torch.arange(6, dtype=torch.int32, device=device).reshape(2, 3)
+    narrow = torch.empty(shape, dtype=torch.int32, device=device)  # summed in int64 and narrowed: eager's
+    torch.testing.assert_close(minicomp.jit(f, fallback="raise")(ints, narrow.clone()), f(ints, narrow.clone()))
+
+
+def test_a_factory_with_out_is_not_run_to_ask_its_dtype(device):
+    """The `out=` check asks meta copies of the tensor arguments; a factory has none, so it is not
+    asked (it would draw from the generator twice more: review of the check)."""
+
+    def f(o):
+        torch.rand(4, out=o)
+        return o * 2
+
+    torch.manual_seed(0)
+    got = minicomp.jit(f, fallback="raise")(torch.empty(4, dtype=torch.float16, device=device))
+    torch.manual_seed(0)
+    torch.testing.assert_close(got, f(torch.empty(4, dtype=torch.float16, device=device)))
 
 
 def test_logcumsumexp_keeps_small_increments(device):

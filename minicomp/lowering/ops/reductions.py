@@ -116,4 +116,9 @@ def supported(node: Node, graph: Graph) -> str:
         return f"aten.{name} of a bool tensor"
     if name in ("sum", "prod") and args.get("dtype") is not None and args["dtype"] != node.meta.dtype:
         return f"aten.{name} with a dtype argument"
+    rounds = args.get("dtype")
+    if name in ("sum", "prod") and rounds in dtypes.LOW_PRECISION and src.dtype not in (rounds, torch.bool):
+        # eager rounds each element to `dtype` first (1e5 is inf in float16): a kernel would cast it
+        # straight to its float32 accumulator
+        return f"aten.{name} with dtype={rounds} of a {src.dtype} tensor (each element rounded first)"
     return ""
