@@ -151,6 +151,7 @@ DEFAULTS = dict(
     chunk_budget_bytes=0,  # row_regions.py: a product only row reductions read, by chunks that fit this (0: whole)
     compile_processes_from=8,  # runtime/compile_processes.py: worker processes compile once this many are outstanding
     recompute_for_memory=True,  # autograd.py: the backward recomputes cheap pointwise values a matmul there reads
+    pause_gc=True,  # gc_pause.py: Python's cyclic garbage collector paused while minicomp compiles
 )
 ENVIRONMENT = {"matmul": "MINICOMP_MATMUL"}  # tunables an environment variable sets (under any override)
 _overrides = threading.local()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
-from minicomp import codegen, ir, logs, runtime
+from minicomp import codegen, gc_pause, ir, logs, runtime
 from minicomp.codegen.families import Families
 from minicomp.codegen.module import WRITERS, KernelCall
 from minicomp.ir import Graph, TensorMeta
@@ -89,6 +89,7 @@ class Compiled:
         return kernel.arguments(values)
 
 
+@gc_pause.pausing  # (its objects are short-lived: the collector's full walks would cost seconds)
 def compile_graph(
     gm: torch.fx.GraphModule,
     name: str = "fn",

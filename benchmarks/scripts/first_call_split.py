@@ -8,12 +8,14 @@ inductor. Every cache (minicomp's, Inductor's, Triton's) is a fresh temporary di
 run is a cold first call (issues #38, #42). Prints one `SPLIT {json}` line: import_build (the
 process's start to the model built), first and second step (s), backend (Dynamo's
 call_user_compiler: AOTAutograd and the compiler), `dynamo` (torch's dynamo_timed phases, summed)
-and, for minicomp, `stages` (compile_cost.Recorder). --timeline (minicomp): seconds from the
-first step's start of the backend call, the pipeline, each worker's start, each compile ahead
-(ahead.py) and its part in a worker, and each wait of a first call for its kernel's compiles.
-The GPU only.
+and, for minicomp, `stages` (compile_cost.Recorder); `gc_full`: the full collections of Python's
+garbage collector during the first step and their seconds (each walks every object of the process).
+--timeline (minicomp): seconds from the first step's start of the backend call, the pipeline, each
+worker's start, each compile ahead (ahead.py) and its part in a worker, and each wait of a first
+call for its kernel's compiles. The GPU only.
 """
 
+import gc
 import importlib
 import json
 import os
@@ -34,6 +36,17 @@ from minicomp.bench import model_row, model_specs  # noqa: E402
 
 EVENTS: list[tuple] = []  # (what, start, end, thread, kernel)
 T0: list[float] = []
+FULL_GC = [0, 0.0, 0.0]  # full collections since the first step began, their seconds, the current one's start
+
+
+def _full_collections(phase: str, info: dict) -> None:
+    if not T0 or info["generation"] != 2:
+        return
+    if phase == "start":
+        FULL_GC[2] = time.perf_counter()
+    else:
+        FULL_GC[0] += 1
+        FULL_GC[1] += time.perf_counter() - FULL_GC[2]
 
 
 def _timed(owner, name: str, what: str) -> None:
@@ -78,12 +91,14 @@ def main(model: str, step: str, variant: str, timeline: bool) -> None:
     torch.cuda.synchronize()
     import_build = time.perf_counter() - START
     run = model_row.make_step(task, model_row.compiled(task, variant), step, args, kwargs, target)
+    gc.callbacks.append(_full_collections)
     T0.append(time.perf_counter())
     first, _ = model_row.timed_s(run, "cuda")
+    gc_full = [FULL_GC[0], round(FULL_GC[1], 3)]
     second, _ = model_row.timed_s(run, "cuda")
     backend = sum(end - start for what, start, end, *_ in EVENTS if what == "backend")
     split = dict(model=model, step=step, variant=variant, import_build=round(import_build, 2), first=round(first, 3))
-    split |= dict(second=round(second, 4), backend=round(backend, 3))
+    split |= dict(second=round(second, 4), backend=round(backend, 3), gc_full=gc_full)
     split["dynamo"] = {name: round(sum(values), 3) for name, values in compilation_time_metrics.items()}
     if recorder is not None:
         split["stages"] = recorder.stages()

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 import torch.fx
 
-from minicomp import config, logs
+from minicomp import config, gc_pause, logs
 
 Signature = tuple
 
@@ -240,8 +240,9 @@ class Specializing:
 
     def _build(self, values: list) -> Callable:
         try:
-            static, positions = concrete(self.gm, values)
-            boxed = self.compile_static(static, [self.names[i] for i in positions])
+            with gc_pause.paused(config.get("pause_gc")):
+                static, positions = concrete(self.gm, values)
+                boxed = self.compile_static(static, [self.names[i] for i in positions])
         except Exception as err:  # noqa: BLE001 - this size runs as captured, by the fallback policy
             self.fail(err)
             return lambda values: self.gm(*values)

@@ -8,12 +8,17 @@ in order: a local name must be assigned on every path to each read (an `if` join
 branches assign; a `for` or `while` body may not run, so what it assigns is its own), and any
 other name must be one the module or Python's builtins define. A read that fails raises
 `UnassignedName` at compile time, so the dispatch layer's fallback applies (dispatch/fallback.py).
+
+`check_module` does the same piece by piece: each kernel's functions are checked once per text
+(a new size of a family writes the last size's functions again, only their launch line differs),
+what they read from outside kept (`Outside`) and compared with what the module defines.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+from dataclasses import dataclass
 
 BUILTINS = frozenset(dir(builtins))
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -33,6 +38,88 @@ def check_assigned(text: str) -> None:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             _Function(node, known, lines, walrus).check()
+
+
+@dataclass(frozen=True)
+class Outside:
+    """Of a run of module-level functions: the names they define, and the names they read that
+    none of them assigns (the module must define each)."""
+
+    defines: frozenset[str]
+    reads: frozenset[str]
+
+
+def outside(functions: str) -> Outside:
+    """What `functions` (module-level source holding only functions and comments) defines and reads
+    from the module; raises `UnassignedName` for a local read before it is assigned on every path."""
+    tree = ast.parse(functions)
+    walrus = ":=" in functions
+    lines = functions.splitlines()
+    reads: set[str] = set()
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise SyntaxError(f"not a function: line {node.lineno}")
+        function = _Function(node, None, lines, walrus)
+        function.check()
+        reads |= function.outside
+    return Outside(frozenset(_module_names(tree, walrus)), frozenset(reads))
+
+
+def check_module(text: str, pieces: list[str], checked: dict[str, Outside]) -> None:
+    """`check_assigned(text)` for a module whose kernels are `pieces` (substrings of `text`, in
+    order): each piece's leading functions are checked once per text (`checked` keeps what they read
+    from the module), the rest of the module as a whole. Any surprise (a part that does not parse
+    alone, a name the module lacks) checks `text` whole, which raises the usual error."""
+    try:
+        at = text.find(pieces[0]) if pieces else 0  # (the kernels follow the module's header)
+        if at < 0:
+            raise SyntaxError("a kernel not in the module's text")
+        kept, defined, needed = [text[:at]], set(), set()
+        for piece in pieces:
+            functions = _leading_functions(piece)
+            start = text.find(functions, at) if functions else -1
+            if start < 0:
+                continue
+            found = checked.get(functions)
+            if found is None:
+                found = checked.setdefault(functions, outside(functions))
+            defined |= found.defines
+            needed |= found.reads
+            kept.append(text[at:start])
+            at = start + len(functions)
+        rest = "".join(kept) + text[at:]
+        tree = ast.parse(rest)
+    except SyntaxError:
+        check_assigned(text)
+        return
+    walrus = ":=" in rest
+    known = BUILTINS | _module_names(tree, walrus) | defined
+    if not needed <= known:
+        check_assigned(text)  # (raises, naming the function and line)
+        return
+    lines = rest.splitlines()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            _Function(node, known, lines, walrus).check()
+
+
+def _leading_functions(piece: str) -> str:
+    """The start of a kernel's module-level source (codegen/module.py) up to its first top-level line
+    that is neither a comment, a decorator nor inside a function: its functions and their comments."""
+    lines = piece.splitlines(keepends=True)
+    end = 0
+    for i, line in enumerate(lines):
+        top = line[:1]
+        if top and top not in " \t\n#@" and not line.startswith(("def ", "async def ")):
+            break
+        end = i + 1
+    start = 0
+    while start < end and lines[start].startswith("#"):  # the kernel's header comment (its values' names)
+        start += 1
+    while end > start and lines[end - 1].startswith("#"):  # a comment before the launch line
+        end -= 1
+    body = lines[start:end]
+    return "".join(body) if any(line.startswith(("def ", "async def ")) for line in body) else ""
 
 
 def _module_names(tree: ast.Module, walrus: bool) -> set[str]:
@@ -74,8 +161,10 @@ def _stored(node: ast.AST, walrus: bool = True) -> set[str]:
 class _Function:
     """Definite assignment through one function's statements."""
 
-    def __init__(self, fn: ast.FunctionDef, known: set[str], lines: list[str], walrus: bool = True):
+    def __init__(self, fn: ast.FunctionDef, known: set[str] | None, lines: list[str], walrus: bool = True):
+        """`known`: the names the module defines; None collects the names read from it in `outside`."""
         self.fn, self.known, self.lines, self.walrus = fn, known, lines, walrus
+        self.outside: set[str] = set()
         args = fn.args
         self.params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
         self.params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
@@ -85,14 +174,18 @@ class _Function:
         self.block(self.fn.body, frozenset(self.params))
 
     # -- statements: each returns the names assigned after it, or None where no path goes on --------
-    def block(self, stmts: list[ast.stmt], defined: frozenset[str] | None) -> frozenset[str] | None:
+    def block(self, stmts: list[ast.stmt], defined: set[str] | frozenset[str] | None) -> set[str] | None:
+        """The names assigned after `stmts`, run from `defined` (not changed: the block works on a
+        copy, which its simple statements extend in place, so a long straight run costs linear time)."""
+        defined = None if defined is None else set(defined)
         for stmt in stmts:
             if defined is None:  # after a return or raise: not reached
                 return None
             defined = self.statement(stmt, defined)
         return defined
 
-    def statement(self, s: ast.stmt, defined: frozenset[str]) -> frozenset[str] | None:
+    def statement(self, s: ast.stmt, defined: set[str]) -> set[str] | None:
+        """The names assigned after `s`: `defined` itself, extended, for a simple statement."""
         if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             if isinstance(s, ast.AugAssign):
                 self.reads(s.target, defined, load_targets=True)
@@ -101,7 +194,9 @@ class _Function:
             targets = s.targets if isinstance(s, ast.Assign) else [s.target]
             for target in targets:
                 self.reads(target, defined)  # a subscript's or attribute's base, a starred target's parts
-            return defined | _stored(s, self.walrus) if s.value is not None else defined  # (`x: int` binds nothing)
+            if s.value is not None:  # (`x: int` binds nothing)
+                defined |= _stored(s, self.walrus)
+            return defined
         if isinstance(s, (ast.Return, ast.Raise)):
             for child in ast.iter_child_nodes(s):
                 self.reads(child, defined)
@@ -109,7 +204,8 @@ class _Function:
         if isinstance(s, ast.Delete):
             for target in s.targets:
                 self.reads(target, defined, load_targets=True)
-            return defined - _stored_all(s.targets)
+            defined -= _stored_all(s.targets)
+            return defined
         if isinstance(s, ast.If):
             self.reads(s.test, defined)
             return _join(self.block(s.body, defined), self.block(s.orelse, defined))
@@ -130,9 +226,11 @@ class _Function:
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             for d in s.decorator_list:
                 self.reads(d, defined)
-            return defined | {s.name}
+            defined.add(s.name)
+            return defined
         if isinstance(s, (ast.Import, ast.ImportFrom)):
-            return defined | _stored(s, self.walrus)
+            defined |= _stored(s, self.walrus)
+            return defined
         if isinstance(s, ast.Try):
             body = self.block(s.body, defined)
             ends = [self.block(s.orelse, body) if body is not None else None]
@@ -150,7 +248,8 @@ class _Function:
         for child in ast.iter_child_nodes(s):
             if isinstance(child, ast.expr):
                 self.reads(child, defined)
-        return defined | _stored(s, self.walrus)
+        defined |= _stored(s, self.walrus)
+        return defined
 
     # -- expressions ---------------------------------------------------------------------------------
     def reads(self, node: ast.AST, defined: frozenset[str], load_targets: bool = False) -> None:
@@ -185,6 +284,9 @@ class _Function:
             return
         if name in self.locals:
             why = "before it is assigned on every path to it"
+        elif self.known is None:
+            self.outside.add(name)
+            return
         elif name in self.known:
             return
         else:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from minicomp import logs
 from minicomp.codegen import alike
+from minicomp.codegen.assigned import Outside
 from minicomp.codegen.kernel import KernelSource
 from minicomp.lowering.indexing import SIZE, resolve_sizes
 
@@ -100,6 +101,7 @@ class Families:
         self._keyed: set[int] = set()  # ids of the families in `_renamed`
         self.match_renamed = False
         self._lock = threading.Lock()
+        self.checked: dict[str, Outside] = {}  # a kernel's functions -> what they read from the module (assigned.py)
 
     def _find(self, source: KernelSource, between: list[str]) -> Family | None:
         """The family of a kernel whose text around its sizes is `between` (lock held)."""

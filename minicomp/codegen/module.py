@@ -33,7 +33,7 @@ from minicomp.codegen import (
     scatter,
     view_layouts,
 )
-from minicomp.codegen.assigned import check_assigned
+from minicomp.codegen.assigned import check_module
 from minicomp.codegen.combo import Piece
 from minicomp.codegen.families import Families
 from minicomp.codegen.kernel import KernelSource
@@ -114,7 +114,8 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         wrapper=wrapper,
         no_torch_function=body.torch_level,
     )
-    check_assigned(text)  # a kernel reading a name it never assigned is refused now, not when it runs
+    check_module(text, body.kernels, body.families.checked)  # a kernel reading a name it never assigned is
+    # refused now, not when it runs
     return ModuleSource(text, body.calls)
 
 

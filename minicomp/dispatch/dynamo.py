@@ -28,7 +28,7 @@ import threading
 
 import torch
 
-from minicomp import capture, config, logs
+from minicomp import capture, config, gc_pause, logs
 from minicomp.capture import closed_over, specialize, static_parts
 from minicomp.codegen.families import Families
 from minicomp.dispatch import (
@@ -162,9 +162,14 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = 
     torch.compile passes its `mode` and `options` here: `mode="reduce-overhead"` replays CUDA
     graphs (runtime/graphs.py), as for Inductor; `options` sets any of config's tunables for this
     model (`options={"cuda_graphs": True}`)."""
+    families, settings, forward = frame_families.of_traced_function(), config.current() | _options(options, mode), {}
+    with gc_pause.paused(settings["pause_gc"]):  # AOTAutograd's traces and both compiles
+        return _backend(gm, example_inputs, families, settings, forward)
+
+
+def _backend(gm: torch.fx.GraphModule, example_inputs, families: Families, settings: dict, forward: dict):
     from torch._dynamo.backends.common import aot_autograd
 
-    families, settings, forward = frame_families.of_traced_function(), config.current() | _options(options, mode), {}
     graphs = graphed_calls.graphs(settings, example_inputs)
     gm = closed_over.with_checked_forms(gm)
     with config.override(**settings):  # (options may set "chunk_budget_bytes")

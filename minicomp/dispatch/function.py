@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.autograd.profiler as _profiler
 
-from minicomp import capture, config, guards, logs
+from minicomp import capture, config, gc_pause, guards, logs
 from minicomp.dispatch import fallback, persist
 from minicomp.dispatch.arguments import Arguments
 from minicomp.dispatch.autograd import TrainingEntry
@@ -172,7 +172,8 @@ class JitFunction:
             if entry is None:
                 self._note_recompile(key)
                 try:
-                    entry = self._build(key, leaves, in_spec)
+                    with gc_pause.paused(config.get("pause_gc")):  # (tracing and compiling: short-lived objects)
+                        entry = self._build(key, leaves, in_spec)
                     if self.graphs is not None:
                         self._graphed(entry)
                     result = entry(self.fn, leaves, in_spec)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from minicomp.codegen.assigned import UnassignedName, check_assigned
+from minicomp.codegen.assigned import UnassignedName, check_assigned, check_module
 
 HEAD = """
 import triton
@@ -78,6 +78,10 @@ def test_the_same_kernel_in_order_passes():
 def test_reads_not_assigned_on_every_path_are_refused(body):
     with pytest.raises(UnassignedName):
         check_assigned(kernel(body))
+    checked = {}
+    for _ in range(2):  # by pieces too, and again with what the first check kept (nothing for a failure)
+        with pytest.raises(UnassignedName, match="generated function k reads"):
+            check_module(kernel(body), [kernel(body)[len(HEAD) :]], checked)
 
 
 @pytest.mark.parametrize(
@@ -91,6 +95,27 @@ def test_reads_not_assigned_on_every_path_are_refused(body):
 )
 def test_reads_assigned_on_every_path_pass(body):
     check_assigned(kernel(body))
+    check_module(kernel(body), [kernel(body)[len(HEAD) :]], {})
+
+
+def test_a_kernels_functions_are_checked_once_and_what_they_read_against_each_module(monkeypatch):
+    """check_module keeps what a kernel's functions read from the module, by their text: a second
+    module with the same kernel (a family's next size: only its launch line differs) parses none of
+    its functions, yet a module that lacks a name they read is still refused."""
+    from minicomp.codegen import assigned
+
+    piece = "# kernel 0: mul\n" + kernel("tl.store(out_ptr, _sum(tl.load(x_ptr), 1))")[len(HEAD) :]
+    parsed = []
+    real = assigned.outside
+    monkeypatch.setattr(assigned, "outside", lambda text: parsed.append(text) or real(text))
+    checked = {}
+    for launch in ("k_launch = (k, 64)\n", "k_launch = (k, 128)\n"):
+        check_module(HEAD + piece + launch, [piece + launch], checked)
+    assert len(parsed) == 1 and "# kernel" not in parsed[0]
+    without_sum = HEAD.replace("def _sum", "def _other")
+    with pytest.raises(UnassignedName, match="reads '_sum' which neither the function nor the module defines"):
+        check_module(without_sum + piece, [piece], checked)
+    assert len(parsed) == 1
 
 
 def test_every_golden_module_passes():
@@ -98,6 +123,32 @@ def test_every_golden_module_passes():
     assert modules
     for path in modules:
         check_assigned(path.read_text())
+
+
+def test_every_module_of_a_function_at_three_sizes_passes_by_pieces(monkeypatch):
+    """The modules minicomp writes, checked by pieces as render_module does, pass; at a third size
+    (the kernels' family texts made at the second: codegen/families.py) the kernels' functions are
+    read from what the earlier checks kept."""
+    import torch
+
+    import minicomp
+    from minicomp.codegen import assigned, module
+
+    parsed = []  # per module: the kernels' functions parsed alone
+    real_outside, real_check = assigned.outside, assigned.check_module
+    monkeypatch.setattr(assigned, "outside", lambda text: parsed[-1].append(text) or real_outside(text))
+
+    def both(text, pieces, checked):
+        check_assigned(text)
+        parsed.append([])
+        real_check(text, pieces, checked)
+
+    monkeypatch.setattr(module, "check_module", both)
+    fn = minicomp.jit(lambda x, w: torch.softmax((x @ w).relu() * 2, -1).sum(0) + w.mean())
+    for rows in (12, 13, 14):
+        x, w = torch.randn(rows, 16), torch.randn(16, 20)
+        torch.testing.assert_close(fn(x, w), torch.softmax((x @ w).relu() * 2, -1).sum(0) + w.mean())
+    assert [len(p) > 0 for p in parsed] == [True, True, False]
 
 
 @pytest.mark.parametrize(
@@ -131,20 +182,20 @@ def test_a_spurious_ast_error_is_compiled_again(monkeypatch):
 
     calls = []
 
-    def flaky(text):
+    def flaky(text, pieces, checked):
         calls.append(text)
         if len(calls) == 1:
             raise SystemError("AST constructor recursion depth mismatch (before=267, after=344)")
-        check_assigned(text)
+        check_module(text, pieces, checked)
 
-    monkeypatch.setattr(module, "check_assigned", flaky)
+    monkeypatch.setattr(module, "check_module", flaky)
     x = torch.randn(5, 7)
     torch.testing.assert_close(minicomp.jit(lambda t: (t * 3).relu() + 1)(x), (x * 3).relu() + 1)
     assert len(calls) == 2
 
-    def broken(text):
+    def broken(text, pieces, checked):
         raise SystemError("another internal error")
 
-    monkeypatch.setattr(module, "check_assigned", broken)
+    monkeypatch.setattr(module, "check_module", broken)
     with pytest.raises(CompileError, match="another internal error"):
         minicomp.jit(lambda t: (t * 5).sigmoid(), fallback="raise")(x)

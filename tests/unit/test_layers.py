@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "minicomp"
 # The pipeline's stages, bottom first: one entry per folder of the package (its job is the
 # first line of its __init__'s docstring), plus the few top-level modules.
 LAYERS = [
-    ["config", "logs", "tiles"],  # settings, log channels, the untuned tile size: know nothing of the compiler
+    ["config", "logs", "tiles", "gc_pause"],  # settings, log channels, the untuned tile, the GC's pause: no compiler
     ["runtime"],  # what generated modules import: launching, loading, the cache directory
     ["guards"],  # when a compiled entry may serve a call
     ["ir"],  # the typed graph
