@@ -9,7 +9,8 @@ die by reference counting or live on, and cyclic garbage waits for the next coll
 
 The pause is process-wide (the collector is): overlapping compiles in several threads keep it
 paused until the last one ends, and it is switched back on only where it was on when the first
-one began. Config "pause_gc" (default on) turns it off.
+one began; a child process forked meanwhile starts with no pause. Config "pause_gc" (default on)
+turns it off.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import os
 import threading
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # (reentrant: a signal handler may compile while its thread holds it)
 _depth = 0  # compiles inside `paused` now, in any thread
 _restore = False  # whether the collector was on when the first of them began
 
@@ -31,18 +33,34 @@ def paused(enabled: bool = True):
     if not enabled:
         yield
         return
-    with _lock:
-        if _depth == 0:
-            _restore = gc.isenabled()
-            gc.disable()
-        _depth += 1
+    entered = False
     try:
+        with _lock:
+            if _depth == 0:
+                _restore = gc.isenabled()
+                gc.disable()
+            _depth += 1
+            entered = True
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _restore:
-                gc.enable()
+        if entered:
+            with _lock:
+                _depth -= 1
+                if _depth == 0 and _restore:
+                    gc.enable()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while a thread of the parent compiled: that compile never ends in the child,
+    so the child starts with no pause (the collector on again where the pause had switched it off)."""
+    global _depth, _lock
+    _lock = threading.RLock()
+    if _depth and _restore:
+        gc.enable()
+    _depth = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def pausing(function):

@@ -67,9 +67,10 @@ def outside(functions: str) -> Outside:
 
 def check_module(text: str, pieces: list[str], checked: dict[str, Outside]) -> None:
     """`check_assigned(text)` for a module whose kernels are `pieces` (substrings of `text`, in
-    order): each piece's leading functions are checked once per text (`checked` keeps what they read
-    from the module), the rest of the module as a whole. Any surprise (a part that does not parse
-    alone, a name the module lacks) checks `text` whole, which raises the usual error."""
+    order): each piece's leading functions are checked once per text, top-level comment lines aside
+    (`checked` keeps what they read from the module), the rest of the module as a whole. Any
+    surprise (a part that does not parse alone, a name the module lacks, a failing function) checks
+    `text` whole, which raises the usual error: the first failure in the module's order."""
     try:
         at = text.find(pieces[0]) if pieces else 0  # (the kernels follow the module's header)
         if at < 0:
@@ -80,9 +81,14 @@ def check_module(text: str, pieces: list[str], checked: dict[str, Outside]) -> N
             start = text.find(functions, at) if functions else -1
             if start < 0:
                 continue
-            found = checked.get(functions)
+            key = _without_comment_lines(functions)  # (a combined launch's headers name its sizes)
+            found = checked.get(key)
             if found is None:
-                found = checked.setdefault(functions, outside(functions))
+                try:
+                    found = checked.setdefault(key, outside(functions))
+                except UnassignedName:  # the module's first failure, or its SyntaxError, as a whole check says
+                    check_assigned(text)
+                    raise
             defined |= found.defines
             needed |= found.reads
             kept.append(text[at:start])
@@ -120,6 +126,10 @@ def _leading_functions(piece: str) -> str:
         end -= 1
     body = lines[start:end]
     return "".join(body) if any(line.startswith(("def ", "async def ")) for line in body) else ""
+
+
+def _without_comment_lines(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
 
 
 def _module_names(tree: ast.Module, walrus: bool) -> set[str]:

@@ -125,6 +125,29 @@ def test_every_golden_module_passes():
         check_assigned(path.read_text())
 
 
+def test_a_module_that_does_not_parse_raises_its_syntax_error_by_pieces_too():
+    """A kernel reading a local too early in a module whose wrapper does not parse: the whole
+    module's verdict (its SyntaxError), not the kernel's, as check_assigned gives it."""
+    piece = kernel("tl.store(out_ptr, y)\ny = 1")[len(HEAD) :]
+    text = HEAD + piece + "\ndef call(x:\n    return x\n"
+    with pytest.raises(SyntaxError):
+        check_assigned(text)
+    with pytest.raises(SyntaxError):
+        check_module(text, [piece], {})
+
+
+def test_kernels_whose_functions_differ_in_comment_lines_share_one_check():
+    """A combined launch's functions carry each part's header comment (its sizes): the check is
+    kept by the functions' text without top-level comment lines."""
+    first = kernel("tl.store(out_ptr, _sum(tl.load(x_ptr), 1))")[len(HEAD) :]
+    second = first.replace("def k(", "def k2(")
+    checked = {}
+    for size in (4, 5):
+        piece = f"# part 0: iteration space [{size}]\n{first}# part 1: iteration space [{size}]\n{second}"
+        check_module(HEAD + piece, [piece], checked)
+    assert len(checked) == 1 and next(iter(checked.values())).defines == {"k", "k2"}
+
+
 def test_every_module_of_a_function_at_three_sizes_passes_by_pieces(monkeypatch):
     """The modules minicomp writes, checked by pieces as render_module does, pass; at a third size
     (the kernels' family texts made at the second: codegen/families.py) the kernels' functions are

@@ -84,16 +84,38 @@ def test_a_jit_compile_runs_with_the_collector_paused(monkeypatch):
 
 
 def test_a_torch_compile_backend_call_and_a_new_size_run_with_the_collector_paused(monkeypatch):
-    from minicomp.dispatch import dynamo
-    from minicomp.plan import fusion
+    """Paused in the backend call before any pipeline runs (its chunked-loss rewrite; AOTAutograd's
+    traces) and where a dynamic graph is made concrete for a new size (outside `compile_graph`)."""
+    from minicomp.capture import specialize
+    from minicomp.dispatch import chunk_tracing, dynamo
 
     states = []
-    real_plan = fusion.plan
-    monkeypatch.setattr(fusion, "plan", lambda *a, **k: states.append(gc.isenabled()) or real_plan(*a, **k))
+    real_rewrite, real_concrete = chunk_tracing.dynamo_graph, specialize.concrete
+
+    def rewrite(*args, **kwargs):
+        states.append(("backend", gc.isenabled()))
+        return real_rewrite(*args, **kwargs)
+
+    def concrete(*args, **kwargs):
+        states.append(("new size", gc.isenabled()))
+        return real_concrete(*args, **kwargs)
+
+    monkeypatch.setattr(chunk_tracing, "dynamo_graph", rewrite)
+    monkeypatch.setattr(specialize, "concrete", concrete)
     torch._dynamo.reset()
     fn = torch.compile(lambda t: (t * 2).relu().sum(-1), backend=dynamo.backend, dynamic=True)
     for rows in (3, 4):
         x = torch.randn(rows, 5)
         torch.testing.assert_close(fn(x), (x * 2).relu().sum(-1))
-    assert states and not any(states) and gc.isenabled()
     torch._dynamo.reset()
+    assert ("backend", False) in states and ("new size", False) in states
+    assert all(not on for _, on in states) and gc.isenabled()
+
+
+def test_a_child_forked_during_a_compile_starts_with_no_pause():
+    with gc_pause.paused():
+        gc_pause._after_fork_in_child()  # what os.fork runs in the child
+        assert gc.isenabled() and gc_pause._depth == 0
+        gc.disable()  # (the parent's pause goes on: restore its state for this process)
+        gc_pause._depth = 1
+    assert gc.isenabled() and gc_pause._depth == 0
