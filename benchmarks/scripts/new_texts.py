@@ -8,7 +8,10 @@ float32; `--gpu`: d2048, GQA 16/4, 2 layers, batch 4, bf16), one step (`train`: 
 `infer`: no_grad logits) a length. Per length: the kernel families made (a skeleton not seen before:
 new text) and widened (a family's template rewritten: new text too) (codegen/families.py); from the
 third length on, each new family's name and the first lines where its skeleton differs from the
-closest one seen before (marked sizes blanked out: `«64»` reads as an empty place).
+closest one seen before (marked sizes blanked out: `«64»` reads as an empty place). At the end, for
+the families first made after the first length (by the dynamic graph): the literal positions that
+came to vary (runtime sizes) against those a rule "a multiple of the length at the family's first
+member" would flag (flagged and varying, flagged but constant, varying but not flagged).
 """
 
 from __future__ import annotations
@@ -29,8 +32,14 @@ class Recorder:
     def __init__(self):
         self.made: list[tuple[str, list[str], list[str]]] = []  # (kernel, closest skeleton, its skeleton)
         self.widened = 0
-        find, widen = families.Families._find, families.Family.widen
+        self.born: list[tuple[families.Family, int]] = []  # (family, the length it was made at)
+        self.length = 0
+        find, widen, init = families.Families._find, families.Family.widen, families.Family.__init__
         recorder = self
+
+        def recording_init(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            recorder.born.append((self, recorder.length))
 
         def recording_find(self, source, between):
             found = find(self, source, between)
@@ -50,6 +59,26 @@ class Recorder:
 
         families.Families._find = recording_find
         families.Family.widen = recording_widen
+        families.Family.__init__ = recording_init
+
+    def positions(self, first_length: int) -> str:
+        """The rule's hits and misses over the families made after `first_length`."""
+        hit = constant = missed = made = 0
+        for family, length in self.born:
+            if length == first_length:
+                continue
+            made += 1
+            varying = {p for group in family.groups for p in group}
+            flagged = {p for p, v in enumerate(family.first) if v >= length and v % length == 0}
+            hit, constant, missed = (
+                hit + len(varying & flagged),
+                constant + len(flagged - varying),
+                missed + len(varying - flagged),
+            )
+        return (
+            f"families made after L={first_length}: {made}; positions flagged and varying {hit}, "
+            f"flagged but constant {constant}, varying but not flagged {missed}"
+        )
 
     def reset(self):
         self.made, self.widened = [], 0
@@ -82,6 +111,7 @@ def main(argv: list[str]) -> None:
     recorder = Recorder()
     for i, length in enumerate(lengths):
         recorder.reset()
+        recorder.length = length
         ids = torch.randint(0, 128, (batch, length), device=device)
         if mode == "train":
             model.zero_grad()
@@ -97,6 +127,7 @@ def main(argv: list[str]) -> None:
             diff = difflib.unified_diff("".join(closest).splitlines(), "".join(between).splitlines(), lineterm="", n=0)
             for line in list(diff)[2:10]:
                 print("     ", line[:160])
+    print(recorder.positions(lengths[0]))
 
 
 if __name__ == "__main__":
