@@ -262,7 +262,7 @@ class _Function:
         return defined
 
     # -- expressions ---------------------------------------------------------------------------------
-    def reads(self, node: ast.AST, defined: frozenset[str], load_targets: bool = False) -> None:
+    def reads(self, node: ast.AST, defined: set[str] | frozenset[str], load_targets: bool = False) -> None:
         """Check every name `node` reads; a target's own names are read only with `load_targets`."""
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Load) or load_targets:
@@ -288,7 +288,7 @@ class _Function:
         for child in ast.iter_child_nodes(node):
             self.reads(child, defined)
 
-    def read(self, node: ast.Name, defined: frozenset[str]) -> None:
+    def read(self, node: ast.Name, defined: set[str] | frozenset[str]) -> None:
         name = node.id
         if name in defined:  # (a comprehension's or lambda's own names too)
             return

@@ -114,8 +114,7 @@ def render_module(plan: Plan, function: str = "fn", families: Families | None = 
         wrapper=wrapper,
         no_torch_function=body.torch_level,
     )
-    check_module(text, body.kernels, body.families.checked)  # a kernel reading a name it never assigned is
-    # refused now, not when it runs
+    check_module(text, body.kernels, body.families.checked)  # a name read before it is assigned: refused now
     return ModuleSource(text, body.calls)
 
 
