@@ -147,8 +147,8 @@ def trace(fn, leaves: list, in_spec, leaf_names: list[str]) -> Traced:
     if meta_trace.can_try():
         try:
             gm, outputs, closed_over = _trace_on_standins(fn, leaves, in_spec, tensor_slots)
-        except (guards.SideEffect, guards.GradHook, guards.GradModeInside, guards.ReadsValues, guards.OutDtype):
-            raise  # (refused by both tracers)
+        except guards.TRACE_REFUSALS:  # refused by both tracers
+            raise
         except Exception as why:  # noqa: BLE001 - Untraceable, or an error make_fx reports its own way
             logs.graph.info("traced with make_fx: %s", why)
         else:

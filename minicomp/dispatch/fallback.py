@@ -41,19 +41,7 @@ def describe(name: str, err: Exception) -> str:
             "it writes in place into a tensor it closes over (or a view of one), which compiled code "
             "would not repeat: pass that tensor as an argument, or keep the write outside the jitted function"
         )
-    elif isinstance(
-        err,
-        (
-            guards.Unguarded,
-            guards.SideEffect,
-            guards.ConstantNeedsGrad,
-            guards.NumberFromValues,
-            guards.GradHook,
-            guards.GradModeInside,
-            guards.ReadsValues,
-            guards.OutDtype,
-        ),
-    ):
+    elif isinstance(err, guards.REFUSALS):
         why = text
     else:
         why = f"{type(err).__name__}: {first}"

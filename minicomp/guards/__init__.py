@@ -9,6 +9,8 @@ fingerprint.py  a function's code and reads as a hash, for the disk cache
 """
 
 from minicomp.guards.checks import (
+    REFUSALS,
+    TRACE_REFUSALS,
     ConstantNeedsGrad,
     GradHook,
     GradModeInside,
@@ -59,6 +61,8 @@ __all__ = [
     "GradModeInside",
     "NumberFromValues",
     "ReadsValues",
+    "REFUSALS",
+    "TRACE_REFUSALS",
     "OutDtype",
     "SideEffect",
     "SignatureKey",

@@ -137,3 +137,9 @@ class TraceStopped(BaseException):  # noqa: N818 - not an error of the user's: t
 
 class GradModeInside(RuntimeError):
     """A function called under no_grad turns grad mode on for a tensor that requires grad."""
+
+
+# What a trace refuses in the user's code, by both tracers (the function then runs eagerly, and the
+# warning gives the exception's own text); what a signature refuses besides, as the warning words it
+TRACE_REFUSALS = (SideEffect, GradHook, GradModeInside, ReadsValues, OutDtype)
+REFUSALS = (*TRACE_REFUSALS, Unguarded, ConstantNeedsGrad, NumberFromValues)
