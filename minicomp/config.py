@@ -152,6 +152,7 @@ DEFAULTS = dict(
     compile_processes_from=8,  # runtime/compile_processes.py: worker processes compile once this many are outstanding
     recompute_for_memory=True,  # autograd.py: the backward recomputes cheap pointwise values a matmul there reads
     pause_gc=True,  # gc_pause.py: Python's cyclic garbage collector paused while minicomp compiles
+    probe_sizes=True,  # specialize.py: a dynamic graph written at a probe size before its first, families widened
 )
 ENVIRONMENT = {"matmul": "MINICOMP_MATMUL"}  # tunables an environment variable sets (under any override)
 _overrides = threading.local()

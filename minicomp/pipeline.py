@@ -20,7 +20,7 @@ import torch.fx
 
 from minicomp import codegen, gc_pause, ir, logs, runtime
 from minicomp.codegen.families import Families
-from minicomp.codegen.module import WRITERS, KernelCall
+from minicomp.codegen.module import WRITERS, KernelCall, ModuleSource
 from minicomp.ir import Graph, TensorMeta
 from minicomp.ir.cse import common_subexpressions
 from minicomp.lowering.layout import is_dense
@@ -89,8 +89,46 @@ class Compiled:
         return kernel.arguments(values)
 
 
+@dataclass
+class Written:
+    """A graph through the stages up to its source (`write_graph`)."""
+
+    graph: Graph
+    plan: Plan
+    rendered: ModuleSource  # the module's text and its kernel launches
+    renamed: dict[str, str]  # fx node name -> the IR's, where they differ
+    clock: _Clock  # the stages' seconds so far
+
+
 @gc_pause.pausing  # (its objects are short-lived: the collector's full walks would cost seconds)
 def compile_graph(
+    gm: torch.fx.GraphModule,
+    name: str = "fn",
+    input_names: list[str] | None = None,
+    families: Families | None = None,
+    **options,
+) -> Compiled:
+    """Compile one ATen graph: `write_graph`'s stages (`options`: its keyword arguments), then the
+    module loaded and its kernels' Triton compiles started."""
+    written = write_graph(gm, name, input_names, families, **options)
+    graph, source, clock = written.graph, written.rendered.text, written.clock
+    interpret = _runs_on_cpu(graph)
+    module = _parsing(runtime.load, source, name, interpret)
+    clock.lap("load")
+    if not interpret:
+        _compile_ahead(module, written.rendered.kernels, graph)
+        clock.lap("compile ahead")  # starting it: the compiles run in threads until the first call needs them
+    call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
+    boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
+    boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
+    return Compiled(
+        gm, graph, written.plan, source, call, boxed, interpret, module, written.rendered.kernels, clock.times,
+        written.renamed,
+    )  # fmt: skip
+
+
+@gc_pause.pausing
+def write_graph(
     gm: torch.fx.GraphModule,
     name: str = "fn",
     input_names: list[str] | None = None,
@@ -104,9 +142,11 @@ def compile_graph(
     saved: frozenset[str] = frozenset(),
     recomputed: frozenset[str] = frozenset(),
     rounded: frozenset[str] = frozenset(),
-) -> Compiled:
-    """Compile one ATen graph. `families`: the kernel families of the function being compiled
-    (codegen/families.py), so a new size of the same function reuses its kernels' text.
+) -> Written:
+    """One ATen graph through IR, plan and codegen: its module's source, nothing loaded or compiled.
+    `families`: the kernel families of the function being compiled
+    (codegen/families.py), so a new size of the same function reuses its kernels' text; writing a
+    graph makes its kernels members of them.
     `freed_inputs`: inputs the caller hands over (a backward's saved activations), so the order
     of the steps may count on their memory going at their last use (schedule.py).
     `output_layouts`: strides wanted for the outputs, by position (a backward's: its leaves').
@@ -152,19 +192,9 @@ def compile_graph(
     except NotImplementedError as err:  # a kernel it cannot write: once more, that kernel's reductions unfused
         plan = _unfused(plan, err, name, freed_inputs, output_layouts or [], inference, rounding)
         rendered = _parsing(codegen.render_module, plan, name, families)
-    source = rendered.text
-    logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(source, name), source)
+    logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(rendered.text, name), rendered.text)
     clock.lap("codegen")
-    interpret = _runs_on_cpu(graph)
-    module = _parsing(runtime.load, source, name, interpret)
-    clock.lap("load")
-    if not interpret:
-        _compile_ahead(module, rendered.kernels, graph)
-        clock.lap("compile ahead")  # starting it: the compiles run in threads until the first call needs them
-    call = functools.partial(module.call, **graph.constants) if graph.constants else module.call
-    boxed = functools.partial(module.call_boxed, **graph.constants) if graph.constants else module.call_boxed
-    boxed._boxed_call = True  # AOTAutograd's mark: it passes its argument list, which `boxed` may empty
-    return Compiled(gm, graph, plan, source, call, boxed, interpret, module, rendered.kernels, clock.times, renamed)
+    return Written(graph, plan, rendered, renamed, clock)
 
 
 def _as_named_in(graph: ir.Graph, gm: torch.fx.GraphModule, returned: frozenset[str]) -> frozenset[str]:

@@ -51,15 +51,24 @@ STAGES = ("retrace", "ir", "plan", "codegen", "load", "compile ahead", "triton c
 
 class Recorder:
     """minicomp's compiles during one step: each graph's stage seconds (pipeline.compile_graph's
-    Compiled.times) and the time specialize spends making a dynamic graph concrete."""
+    Compiled.times), the time specialize spends making a dynamic graph concrete, and the time a
+    dynamic graph's probe size takes to write (`probe`: pipeline.write_graph, specialize.py)."""
 
     def __init__(self):
         from minicomp.capture import specialize
         from minicomp.dispatch import dynamo
 
         self.compiled: list = []
-        self.retrace = self.retrace_cpu = self.pipeline_cpu = 0.0
-        compile_graph, concrete = dynamo.compile_graph, specialize.concrete
+        self.retrace = self.retrace_cpu = self.pipeline_cpu = self.probe = self.probe_cpu = 0.0
+        compile_graph, concrete, write_graph = dynamo.compile_graph, specialize.concrete, dynamo.write_graph
+
+        def recording_write(*args, **kwargs):
+            start, cpu = time.perf_counter(), time.process_time()
+            try:
+                return write_graph(*args, **kwargs)
+            finally:
+                self.probe += time.perf_counter() - start
+                self.probe_cpu += time.process_time() - cpu
 
         def recording_compile(*args, **kwargs):
             start = time.process_time()
@@ -77,9 +86,11 @@ class Recorder:
                 self.retrace_cpu += time.process_time() - cpu
 
         dynamo.compile_graph, specialize.concrete = recording_compile, recording_concrete
+        dynamo.write_graph = recording_write
 
     def reset(self):
         self.compiled, self.retrace, self.retrace_cpu, self.pipeline_cpu = [], 0.0, 0.0, 0.0
+        self.probe = self.probe_cpu = 0.0
 
     def stages(self) -> dict:
         totals = collections.Counter({"retrace": self.retrace})
@@ -93,6 +104,8 @@ class Recorder:
             "triton compiles": totals["triton compiles"],
             "retrace_cpu": round(self.retrace_cpu, 4),
             "pipeline_cpu": round(self.pipeline_cpu, 4),
+            "probe": round(self.probe, 4),
+            "probe_cpu": round(self.probe_cpu, 4),
             "graphs": len(self.compiled),
             "kernels": len(launches),
             "distinct": len({id(la) for la in launches}),
@@ -228,7 +241,12 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--backends", default="minicomp", help="minicomp,inductor: both, side by side (a GPU)")
+    parser.add_argument("--no-probe", action="store_true", help='config "probe_sizes" off (capture/specialize.py)')
     args = parser.parse_args(argv)
+    if args.no_probe:
+        from minicomp import config
+
+        config.DEFAULTS["probe_sizes"] = False  # (this process's default: every thread's)
     if args.tiny:
         if os.environ.get("TRITON_INTERPRET") != "1":
             parser.error("--tiny runs on the CPU through Triton's interpreter: set TRITON_INTERPRET=1")

@@ -1,6 +1,6 @@
 """What each new sequence length costs a suite model's inference step, stage by stage (issue #42).
 
-    PYTHONPATH=. python benchmarks/scripts/new_lengths.py MODEL [minicomp|inductor] [S S S ...]
+    PYTHONPATH=. python benchmarks/scripts/new_lengths.py MODEL [minicomp|inductor] [S S S ...] [--no-probe]
 
 MODEL: a key of minicomp/bench/model_specs.MODELS (a language model). In one process, a fresh
 minicomp cache and a fresh Triton cache (so no binary comes from an earlier process), the
@@ -9,13 +9,15 @@ S-5, S-8, S-16 for the suite's S; Dynamo compiles the first as a static graph, t
 dynamic one). One line per length: the first call's seconds (to a synchronize), the same call
 again, the largest error of the logits against the eager model at that length, and for minicomp
 the stages of the compiles it made (benchmarks/experiments/compile_cost.py `Recorder`: retrace,
-ir, plan, codegen, load, compile ahead, Triton compile and tuning waits, binaries compiled).
-The GPU only.
+ir, plan, codegen, load, compile ahead, Triton compile and tuning waits, binaries compiled), then
+the steady state: the median of 20 calls at that length (CUDA events, ms). `--no-probe`: config
+"probe_sizes" off (capture/specialize.py). The GPU only.
 """
 
 import importlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -44,6 +46,19 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
+def steady_ms(fn, calls: int = 20) -> float:
+    times = []
+    with torch.no_grad():
+        for _ in range(calls):
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(begin.elapsed_time(end))
+    return statistics.median(times)
+
+
 def main(name: str, backend: str, lengths: list[int]) -> None:
     spec = ms.MODELS[name]
     sizes, bf16 = spec.sizes(False), torch.bfloat16
@@ -56,12 +71,18 @@ def main(name: str, backend: str, lengths: list[int]) -> None:
             recorder.reset()
         first, out = timed(lambda: compiled(*args, **kwargs))  # noqa: B023
         again, _ = timed(lambda: compiled(*args, **kwargs))  # noqa: B023
+        steady = steady_ms(lambda: compiled(*args, **kwargs))  # noqa: B023
         _, reference = timed(lambda: task(*args, **kwargs))  # noqa: B023
         error = (logits(out).float() - logits(reference).float()).abs().max().item()
         stages = json.dumps(recorder.stages()) if recorder else ""
-        line = f"{name} {backend} S={length} first {first:.3f} s again {again:.4f} s err {error:.4f}"
+        line = f"{name} {backend} S={length} first {first:.3f} s again {again:.4f} s steady {steady:.3f} ms"
+        line += f" err {error:.4f}"
         print(line, stages, flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "minicomp", [int(a) for a in sys.argv[3:]])
+    from minicomp import config
+
+    config.DEFAULTS["probe_sizes"] = "--no-probe" not in sys.argv  # (this process's default: every thread's)
+    argv = [a for a in sys.argv[1:] if a != "--no-probe"]
+    main(argv[0], argv[1] if len(argv) > 1 else "minicomp", [int(a) for a in argv[2:]])

@@ -2,6 +2,7 @@
 
     TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/scripts/new_texts.py train 40,41,42,43,47,48,49,56
     PYTHONPATH=. python benchmarks/scripts/new_texts.py train 500,501,502,503,504,505 --gpu
+    ... --no-probe: config "probe_sizes" off (no probe size before the dynamic graph's first)
 
 transformers' Llama through `torch.compile(backend="minicomp")` (CPU: hidden 64, 1 layer, batch 2,
 float32; `--gpu`: d2048, GQA 16/4, 2 layers, batch 4, bf16), one step (`train`: loss and backward;
@@ -87,9 +88,11 @@ class Recorder:
 def main(argv: list[str]) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from minicomp import config
     from minicomp.dispatch.dynamo import registered
 
     mode, lengths, gpu = argv[0], [int(x) for x in argv[1].split(",")], "--gpu" in argv
+    config.DEFAULTS["probe_sizes"] = "--no-probe" not in argv  # (this process's default: every thread's)
     hidden, heads, kv_heads, batch, layers = (2048, 16, 4, 4, 2) if gpu else (64, 4, 2, 2, 1)
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -87,30 +87,8 @@ def substituted(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphMod
     and gets its value's shape and strides evaluated. The symbolic trace took every branch on
     sizes under a guard Dynamo checks before this graph runs, so this is the graph a trace on
     these values records (the same ops, sizes and layouts), at a fraction of a trace's cost."""
-    import sympy
-
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(args):
-        raise NotSubstitutable("the call's arguments do not match the graph's inputs")
-    bound: dict = {}
-    for node, arg in zip(placeholders, args):
-        for symbolic, actual in _numbers(node.meta.get("val"), arg):
-            if isinstance(symbolic, _SYMBOLIC) and isinstance(symbolic.node.expr, sympy.Symbol):
-                bound.setdefault(symbolic.node.expr, actual)
-    memo: dict = {}
-
-    def number(value):
-        if not isinstance(value, _SYMBOLIC):
-            return value
-        expr = (type(value), value.node.expr)
-        if expr not in memo:
-            result = value.node.expr.xreplace(bound) if isinstance(value.node.expr, sympy.Basic) else value.node.expr
-            if isinstance(result, sympy.Basic) and result.free_symbols:
-                raise NotSubstitutable(f"{value.node.expr} is not a function of the inputs' sizes")
-            kind = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)]
-            memo[expr] = kind(result)
-        return memo[expr]
-
+    placeholders = _placeholders(gm, args)
+    number = _evaluator(_bound(placeholders, args))
     for node, arg in zip(placeholders, args):
         for symbolic, actual in _numbers(node.meta.get("val"), arg):
             if number(symbolic) != actual:
@@ -150,6 +128,83 @@ def substituted(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphMod
         new.meta = {"val": value_of(val)} if "val" in node.meta else {}
         env[node] = new
     return torch.fx.GraphModule(gm, graph), positions
+
+
+def _placeholders(gm: torch.fx.GraphModule, args: list) -> list[torch.fx.Node]:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        raise NotSubstitutable("the call's arguments do not match the graph's inputs")
+    return placeholders
+
+
+def _bound(placeholders: list[torch.fx.Node], args: list) -> dict:
+    """{symbol: its value in this call} for each symbol that is an input's size (or value) bare."""
+    import sympy
+
+    bound: dict = {}
+    for node, arg in zip(placeholders, args):
+        for symbolic, actual in _numbers(node.meta.get("val"), arg):
+            if isinstance(symbolic, _SYMBOLIC) and isinstance(symbolic.node.expr, sympy.Symbol):
+                bound.setdefault(symbolic.node.expr, actual)
+    return bound
+
+
+def _evaluator(bound: dict) -> Callable:
+    """number(value): a symbolic value's number where the symbols take their `bound` values (a
+    plain value as it is); NotSubstitutable where it has another symbol."""
+    import sympy
+
+    memo: dict = {}
+
+    def number(value):
+        if not isinstance(value, _SYMBOLIC):
+            return value
+        expr = (type(value), value.node.expr)
+        if expr not in memo:
+            result = value.node.expr.xreplace(bound) if isinstance(value.node.expr, sympy.Basic) else value.node.expr
+            if isinstance(result, sympy.Basic) and result.free_symbols:
+                raise NotSubstitutable(f"{value.node.expr} is not a function of the inputs' sizes")
+            kind = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)]
+            memo[expr] = kind(result)
+        return memo[expr]
+
+    return number
+
+
+PROBE_STEP = 16  # a probe size is the call's +- this: the same residue mod 16 (divisibility by 2, 4, 8, 16)
+
+
+def probe_value(n: int) -> int:
+    """Another value of a size now `n` that kernels are written for alike: `n` -+ PROBE_STEP, the one
+    in `n`'s power-of-two bucket (runtime/size_classes.py: what tile and launch choices go by) and
+    at least 2; `n` itself where neither is."""
+    for other in (n - PROBE_STEP, n + PROBE_STEP):
+        if other >= 2 and (other - 1).bit_length() == (n - 1).bit_length():
+            return other
+    return n
+
+
+def probe_args(gm: torch.fx.GraphModule, args: list) -> list | None:
+    """This call's arguments with every symbol of `gm` at its `probe_value` (tensors as shapes and
+    strides only), or None where no symbol takes another value. NotSubstitutable where a size is
+    not a function of the symbols the inputs bind."""
+    placeholders = _placeholders(gm, args)
+    bound = _bound(placeholders, args)
+    probe = {
+        symbol: probe_value(n) if isinstance(n, int) and not isinstance(n, bool) else n for symbol, n in bound.items()
+    }
+    if probe == bound:
+        return None
+    number = _evaluator(probe)
+    probed = []
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+            shape, stride = [number(n) for n in val.shape], [number(n) for n in val.stride()]
+            probed.append(_Sized(shape, stride, number(val.storage_offset()), arg.dtype, arg.device))
+        else:
+            probed.append(number(val) if isinstance(val, _SYMBOLIC) else arg)
+    return probed
 
 
 def _numbers(val, arg):
@@ -213,11 +268,28 @@ class Specializing:
     `compile_static(static_gm, input_names)` compiles one; `input_names` are `gm`'s own names of
     the tensor inputs, so what the caller knows by name (a backward's saved activations) keeps
     its name. A signature that fails to compile runs `gm` as captured (`fail(err)` decides: the
-    fallback policy)."""
+    fallback policy).
 
-    def __init__(self, gm: torch.fx.GraphModule, compile_static: Callable, fail: Callable[[Exception], None]):
+    `write_static(static_gm, input_names)`, where given (config "probe_sizes"), writes one's
+    kernels without compiling them (pipeline.write_graph): before the first size, the graph is
+    written at a probe size (`probe_args`), so every kernel family the first size starts has
+    already seen a second member there, and takes the first size's own text as its template,
+    sizes that differ made runtime arguments (codegen/families.py). The next sizes then find a
+    compiled kernel instead of widening the family, a Triton compile each. The probe only
+    decides which literals become runtime arguments: a member is served the template only where
+    its own text reads the same, so a probe size Dynamo's guards would refuse costs nothing
+    but the probe's time."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        compile_static: Callable,
+        fail: Callable[[Exception], None],
+        write_static: Callable | None = None,
+    ):
         self.gm = gm
         self.compile_static = compile_static
+        self.write_static = write_static
         self.fail = fail
         self.names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         self.entries: dict[Signature, Callable] = {}
@@ -241,6 +313,8 @@ class Specializing:
     def _build(self, values: list) -> Callable:
         try:
             with gc_pause.paused(config.get("pause_gc")):
+                if self.write_static is not None:
+                    self._probe(values)
                 static, positions = concrete(self.gm, values)
                 boxed = self.compile_static(static, [self.names[i] for i in positions])
         except Exception as err:  # noqa: BLE001 - this size runs as captured, by the fallback policy
@@ -253,6 +327,18 @@ class Specializing:
             return boxed(tensors)
 
         return run
+
+    def _probe(self, values: list) -> None:
+        """The graph written once at `probe_args` of these values."""
+        write, self.write_static = self.write_static, None  # (once: before the first size)
+        try:
+            args = probe_args(self.gm, values)
+            if args is not None:
+                static, positions = substituted(self.gm, args)
+                write(static, [self.names[i] for i in positions])
+                logs.recompiles.info("%s: written at a probe size first", _graph_name(self.gm))
+        except Exception as err:  # noqa: BLE001 - the probe only saves later compiles
+            logs.recompiles.info("%s: no probe size (%s: %s)", _graph_name(self.gm), type(err).__name__, err)
 
 
 def _signature(value) -> tuple:

@@ -32,7 +32,9 @@ arguments passed in the same order. A kind whose launch fields name its paramete
 matmul template's operand pointers) is compared by its text as written.
 
 This is Inductor's "automatic dynamic" (static first, dynamic once a size is
-seen to change) done on generated text instead of symbolic shapes. The families
+seen to change) done on generated text instead of symbolic shapes. A dynamic graph
+is written once at a probe size before its first size (capture/specialize.py
+`probe_args`), so the families it starts have their second member before any is compiled. The families
 belong to whoever compiles: each `minicomp.jit` function has its own
 (`Families`), and through `torch.compile` so has each function Dynamo traces
 (dispatch/frame_families.py), so what one function saw never changes another's code.

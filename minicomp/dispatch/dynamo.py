@@ -43,7 +43,7 @@ from minicomp.dispatch import (
 from minicomp.dispatch.autograd import input_layouts, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import captured, checked_first_call, eager_when_reentered
 from minicomp.dispatch.partition import partition
-from minicomp.pipeline import compile_graph
+from minicomp.pipeline import compile_graph, write_graph
 from minicomp.runtime import compile_pool
 
 _graph_ids = itertools.count()  # names only: dynamo_graph<n>_forward
@@ -69,21 +69,26 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
 
         if specialize.is_dynamic(gm):  # Dynamo made a size dynamic
 
-            def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
+            def static_options(static: torch.fx.GraphModule) -> dict:
                 # the values by name of `gm` (a retraced size names its nodes anew: none)
                 renamed = static.meta.get(specialize.RETRACED, False)
+                return dict(
+                    families=families,
+                    freed_inputs=saved,
+                    inference=inference,
+                    saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
+                    recomputed=saved_layouts.recomputed(gm) if role == "forward" and not renamed else frozenset(),
+                    rounded=forward.get("rounded", frozenset()) if backward and not renamed else frozenset(),
+                )
+
+            def write_static(static: torch.fx.GraphModule, input_names: list[str]):
                 with config.override(**settings):
-                    compiled = compile_graph(
-                        static,
-                        part,
-                        input_names,
-                        families=families,
-                        freed_inputs=saved,
-                        inference=inference,
-                        saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
-                        recomputed=saved_layouts.recomputed(gm) if role == "forward" and not renamed else frozenset(),
-                        rounded=forward.get("rounded", frozenset()) if backward and not renamed else frozenset(),
-                    )
+                    write_graph(static, name, input_names, **static_options(static))
+
+            def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
+                renamed = static.meta.get(specialize.RETRACED, False)
+                with config.override(**settings):
+                    compiled = compile_graph(static, part, input_names, **static_options(static))
                 if role == "forward":  # (the values its backward reads, for a fallback's copies)
                     static.meta.setdefault(saved_layouts.SAVED, saved_layouts.saved(gm))
                     if not renamed:
@@ -98,7 +103,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                 with config.override(**settings):
                     run = _cut(gm, compile_static, fail, name)  # its static parts once, for every size
             if run is None:  # one static graph per size
-                run = specialize.Specializing(gm, compile_static, fail)
+                with config.override(**settings):
+                    probing = config.get("probe_sizes")
+                run = specialize.Specializing(gm, compile_static, fail, write_static if probing else None)
             return graphed_calls.graphed(graphs, run, name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
         checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []
