@@ -142,6 +142,7 @@ def write_graph(
     saved: frozenset[str] = frozenset(),
     recomputed: frozenset[str] = frozenset(),
     rounded: frozenset[str] = frozenset(),
+    probe: bool = False,
 ) -> Written:
     """One ATen graph through IR, plan and codegen: its module's source, nothing loaded or compiled.
     `families`: the kernel families of the function being compiled
@@ -165,7 +166,9 @@ def write_graph(
     `recomputed`: a training forward's values its backward computes again (saved_layouts.py); a
     16-bit one a selection is computed from is rounded too (recompute.compared).
     `rounded`: a backward's values its forward rounded where it computed them (the forward's
-    `Compiled.rounded_values`), rounded here too: each graph computes them as the other does."""
+    `Compiled.rounded_values`), rounded here too: each graph computes them as the other does.
+    `probe`: the graph at a probe size (capture/specialize.py), written for its kernel families
+    alone, never compiled."""
     clock = _Clock()
     graph = ir.from_fx(gm, input_names)  # typed nodes over a networkx DiGraph
     renamed = ir.fx_names(gm, input_names)
@@ -188,10 +191,10 @@ def write_graph(
     logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     try:
-        rendered = _parsing(codegen.render_module, plan, name, families)  # Triton kernels + Python wrapper, as text
+        rendered = _parsing(codegen.render_module, plan, name, families, probe)  # Triton kernels + Python wrapper
     except NotImplementedError as err:  # a kernel it cannot write: once more, that kernel's reductions unfused
         plan = _unfused(plan, err, name, freed_inputs, output_layouts or [], inference, rounding)
-        rendered = _parsing(codegen.render_module, plan, name, families)
+        rendered = _parsing(codegen.render_module, plan, name, families, probe)
     logs.output_code.info("%s: module %s\n%s", name, runtime.module_name(rendered.text, name), rendered.text)
     clock.lap("codegen")
     return Written(graph, plan, rendered, renamed, clock)

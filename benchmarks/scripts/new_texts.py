@@ -88,11 +88,11 @@ class Recorder:
 def main(argv: list[str]) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from minicomp import config
+    from minicomp import config as minicomp_config
     from minicomp.dispatch.dynamo import registered
 
     mode, lengths, gpu = argv[0], [int(x) for x in argv[1].split(",")], "--gpu" in argv
-    config.DEFAULTS["probe_sizes"] = "--no-probe" not in argv  # (this process's default: every thread's)
+    minicomp_config.DEFAULTS["probe_sizes"] = "--no-probe" not in argv  # (this process's default: every thread's)
     hidden, heads, kv_heads, batch, layers = (2048, 16, 4, 4, 2) if gpu else (64, 4, 2, 2, 1)
     torch.manual_seed(0)
     config = LlamaConfig(

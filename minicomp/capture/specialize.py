@@ -278,7 +278,8 @@ class Specializing:
     compiled kernel instead of widening the family, a Triton compile each. The probe only
     decides which literals become runtime arguments: a member is served the template only where
     its own text reads the same, so a probe size Dynamo's guards would refuse costs nothing
-    but the probe's time."""
+    but the probe's time. The caller writes it without timing matmul choices (its shapes may be
+    of a class no real size reaches) and marks its kernels as never compiled (families.py)."""
 
     def __init__(
         self,

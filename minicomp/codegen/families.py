@@ -67,6 +67,7 @@ class Family:
     renamable: bool = False  # its kind's text may serve a member that names its locals otherwise
     seen: list[tuple[int, ...]] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
+    probed: bool = False  # its first member was written at a probe size, never compiled
 
     def values(self, literals: tuple[int, ...]) -> list[int] | None:
         """The runtime sizes that make the template read as `literals`, or None if it cannot."""
@@ -123,9 +124,12 @@ class Families:
             self._families[exact] = family  # this naming's next member finds it by its text
         return family
 
-    def generalize(self, source: KernelSource) -> KernelSource:
+    def generalize(self, source: KernelSource, probe: bool = False) -> KernelSource:
         """`source` as the member of its family it is, sizes written out: unchanged for the first
-        member, else the family's template, with this member's values for its runtime sizes."""
+        member, else the family's template, with this member's values for its runtime sizes.
+        `probe`: a kernel written at a probe size (capture/specialize.py), never compiled: a
+        family it starts serves a later member at those sizes its template, once it has one (the
+        first member's own text would be another Triton compile)."""
         text = "\n".join(source.body)
         spans = size_spans(text)
         literals = tuple(int(text[a + 1 : b - 1]) for a, b in spans)  # inside the marks
@@ -135,9 +139,10 @@ class Families:
         with self._lock:
             family = self._find(source, between)
             if family is None:
-                family = Family(literals, between, list(source.params), source.renamable)
+                family = Family(literals, between, list(source.params), source.renamable, probed=probe)
                 self._families[_exact(source, between)] = family
-            if literals == family.first:  # the first member keeps its constants (and its names)
+            if literals == family.first and not (family.probed and family.groups):
+                # the first member keeps its constants (and its names)
                 if between == family.between and source.params == family.params:
                     return resolved(source)
                 text = "".join(p for pair in zip(family.between, [*map(str, literals), ""]) for p in pair)

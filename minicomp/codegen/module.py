@@ -83,10 +83,13 @@ class ModuleSource:
     kernels: list[KernelCall]  # its kernel launches, in the order `call` makes them
 
 
-def render_module(plan: Plan, function: str = "fn", families: Families | None = None) -> ModuleSource:
+def render_module(
+    plan: Plan, function: str = "fn", families: Families | None = None, probe: bool = False
+) -> ModuleSource:
     """The module's source. `families`: the compiling function's kernel families (a fresh
-    set when not given: every size a literal)."""
-    body = _Body(plan, families if families is not None else Families())
+    set when not given: every size a literal); `probe`: written at a probe size, never compiled
+    (families.py `generalize`)."""
+    body = _Body(plan, families if families is not None else Families(), probe)
     for at, step in enumerate(plan.steps):
         if isinstance(step, Extern):
             body.extern(at, step)
@@ -123,8 +126,8 @@ class _Body:
     `call` and the buffers each line touches. A pointwise kernel waits (`pending`) for the next
     kernel, which may share its launch."""
 
-    def __init__(self, plan: Plan, families: Families):
-        self.plan, self.graph, self.families = plan, plan.graph, families
+    def __init__(self, plan: Plan, families: Families, probe: bool = False):
+        self.plan, self.graph, self.families, self.probe = plan, plan.graph, families, probe
         self.device = _device(plan)
         self.kernels: list[str] = []
         self.calls: list[KernelCall] = []
@@ -222,7 +225,7 @@ class _Body:
         self.allocate(step, reused | written)
         if source is None:
             return
-        source = self.families.generalize(source)
+        source = self.families.generalize(source, self.probe)
         if row_products.piece(source, reused | written):
             joins = all(combo.independent(s, step) for _, s in self.rows) and (
                 not self.rows or row_products.same_warps(self.rows[0][0], source)

@@ -82,8 +82,9 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                 )
 
             def write_static(static: torch.fx.GraphModule, input_names: list[str]):
-                with config.override(**settings):
-                    write_graph(static, name, input_names, **static_options(static))
+                # (no matmul timed at a probe's shapes: a record's answer or the untimed default)
+                with config.override(**{**settings, "measure_matmuls": False}):
+                    write_graph(static, f"{name}_probe", input_names, probe=True, **static_options(static))
 
             def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
                 renamed = static.meta.get(specialize.RETRACED, False)

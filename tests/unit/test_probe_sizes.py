@@ -88,6 +88,59 @@ def test_the_third_size_writes_no_new_text_after_a_probe(monkeypatch, probe):
         assert after[62]["widened"] > 0  # (what the probe saves)
 
 
+def test_a_later_size_equal_to_the_probe_is_served_the_template(monkeypatch):
+    """The probe's kernels are never compiled: a real size equal to the probe size (47 after
+    64, 63) takes the family's template, not the probe member's literal text (a compile)."""
+    compiled, counts = _compile_counting(monkeypatch, True)
+    for rows in (64, 63, 62, 47):
+        counts.update(made=0, widened=0)
+        x, w = torch.randn(rows, 16), torch.randn(16)
+        for got, expected in zip(compiled(x, w), _rows(x, w)):
+            torch.testing.assert_close(got, expected)
+    assert counts == {"made": 0, "widened": 0}
+
+
+def test_the_probe_times_no_matmul(monkeypatch):
+    """At a probe size, a padding or template choice that no record holds is not timed on the
+    GPU (config "measure_matmuls" off while it is written): the shapes may be of a class the
+    real sizes never reach."""
+    from minicomp import config
+    from minicomp.dispatch import dynamo
+
+    seen = []
+    write_graph = dynamo.write_graph
+
+    def spying(*args, **kwargs):
+        seen.append((config.get("measure_matmuls"), kwargs.get("probe")))
+        return write_graph(*args, **kwargs)
+
+    monkeypatch.setattr(dynamo, "write_graph", spying)
+    torch._dynamo.reset()
+    compiled = torch.compile(_rows, backend=dynamo.backend)
+    for rows in (64, 63):
+        x, w = torch.randn(rows, 16), torch.randn(16)
+        compiled(x, w)
+    assert seen == [(False, True)]
+
+
+def test_an_unmeasured_padding_choice_is_no_padding(monkeypatch, tmp_path):
+    """No record and "measure_matmuls" off: not padded, nothing timed."""
+    from minicomp import config
+    from minicomp.runtime import matmul_timing
+
+    monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+
+    def timed(*_):
+        raise AssertionError("timed")
+
+    monkeypatch.setattr(matmul_timing, "_matmul", timed)
+    monkeypatch.setattr(matmul_timing, "_key", lambda *parts: "key")  # (the real one names the GPU)
+    plain = (((64, 50257), (50257, 1)), ((50257, 64), (64, 1)))
+    padded = (((64, 50264), (50264, 1)), ((50264, 64), (64, 1)))
+    with config.override(measure_matmuls=False):  # (with it on, this would time: `_matmul` raises)
+        assert matmul_timing.padding_pays("mm", torch.bfloat16, torch.device("cpu"), plain, padded, []) is False
+
+
 def test_a_probe_the_graph_cannot_take_is_skipped(caplog):
     """A probe size a size check of the graph refuses (its `_assert_scalar` on rows > 60, at the
     probe's 47) is logged and skipped; the sizes compile and run as they would without it."""
