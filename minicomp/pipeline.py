@@ -3,7 +3,9 @@
     gm --ir.from_fx--> Graph --common_subexpressions, pad_matmuls, split_reductions--> Graph --fusion.plan--> Plan
        --codegen--> source --runtime.load--> call
 
-Every stage prints as readable text (`Compiled.graph`, `.plan`, `.source`).
+`write_graph` runs the stages up to the source (a dynamic graph's probe size: nothing compiled);
+`compile_graph` runs them all. Every stage prints as readable text (`Compiled.graph`, `.plan`,
+`.source`).
 """
 
 from __future__ import annotations

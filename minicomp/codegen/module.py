@@ -83,12 +83,9 @@ class ModuleSource:
     kernels: list[KernelCall]  # its kernel launches, in the order `call` makes them
 
 
-def render_module(
-    plan: Plan, function: str = "fn", families: Families | None = None, probe: bool = False
-) -> ModuleSource:
-    """The module's source. `families`: the compiling function's kernel families (a fresh
-    set when not given: every size a literal); `probe`: written at a probe size, never compiled
-    (families.py `generalize`)."""
+def render_module(plan: Plan, function: str = "fn", families: Families | None = None, probe=False) -> ModuleSource:
+    """The module's source. `families`: the compiling function's kernel families (a fresh set when
+    not given: every size a literal); `probe`: at a probe size, never compiled (families.py)."""
     body = _Body(plan, families if families is not None else Families(), probe)
     for at, step in enumerate(plan.steps):
         if isinstance(step, Extern):
