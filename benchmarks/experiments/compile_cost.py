@@ -60,15 +60,7 @@ class Recorder:
 
         self.compiled: list = []
         self.retrace = self.retrace_cpu = self.pipeline_cpu = self.probe = self.probe_cpu = 0.0
-        compile_graph, concrete, write_graph = dynamo.compile_graph, specialize.concrete, dynamo.write_graph
-
-        def recording_write(*args, **kwargs):
-            start, cpu = time.perf_counter(), time.process_time()
-            try:
-                return write_graph(*args, **kwargs)
-            finally:
-                self.probe += time.perf_counter() - start
-                self.probe_cpu += time.process_time() - cpu
+        compile_graph = dynamo.compile_graph
 
         def recording_compile(*args, **kwargs):
             start = time.process_time()
@@ -77,16 +69,22 @@ class Recorder:
             self.compiled.append(compiled)
             return compiled
 
-        def recording_concrete(*args, **kwargs):
+        dynamo.compile_graph = recording_compile
+        specialize.concrete = self._timing(specialize.concrete, "retrace")
+        dynamo.write_graph = self._timing(dynamo.write_graph, "probe")
+
+    def _timing(self, fn, name: str):
+        """`fn`, adding its wall and CPU seconds to `self.<name>` and `self.<name>_cpu`."""
+
+        def timed(*args, **kwargs):
             start, cpu = time.perf_counter(), time.process_time()
             try:
-                return concrete(*args, **kwargs)
+                return fn(*args, **kwargs)
             finally:
-                self.retrace += time.perf_counter() - start
-                self.retrace_cpu += time.process_time() - cpu
+                setattr(self, name, getattr(self, name) + time.perf_counter() - start)
+                setattr(self, f"{name}_cpu", getattr(self, f"{name}_cpu") + time.process_time() - cpu)
 
-        dynamo.compile_graph, specialize.concrete = recording_compile, recording_concrete
-        dynamo.write_graph = recording_write
+        return timed
 
     def reset(self):
         self.compiled, self.retrace, self.retrace_cpu, self.pipeline_cpu = [], 0.0, 0.0, 0.0
