@@ -127,7 +127,18 @@ def substituted(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphMod
         new.args, new.kwargs = new_args, new_kwargs
         new.meta = {"val": value_of(val)} if "val" in node.meta else {}
         env[node] = new
-    return torch.fx.GraphModule(gm, graph), positions
+    return _lazy_module(gm, graph), positions
+
+
+def _lazy_module(root: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    """A GraphModule of `graph` whose Python code is generated at its first run: a static graph is
+    read node by node, and runs only as a fallback (a third of a substitution's time went to
+    generating and compiling code no one ran). torch's own lazy module where it has one."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule, _make_graph_module
+    except ImportError:  # (a private module: another torch may lack it)
+        return torch.fx.GraphModule(root, graph)
+    return _make_graph_module(root, graph, graph_module_cls=_LazyGraphModule)
 
 
 def _placeholders(gm: torch.fx.GraphModule, args: list) -> list[torch.fx.Node]:

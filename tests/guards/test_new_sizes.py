@@ -100,6 +100,27 @@ class _Block(torch.nn.Module):
         return x + self.up(F.gelu(self.norm(x)))
 
 
+def test_a_substituted_graph_writes_its_python_code_at_its_first_run(monkeypatch):
+    """minicomp reads a static graph's nodes; its Python code (half a substitution's time) is
+    generated only where it runs, as the fallback's captured graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        return (x * 2).sum(0)
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(3, 4))
+    written = []
+    python_code = torch.fx.Graph.python_code
+    monkeypatch.setattr(
+        torch.fx.Graph, "python_code", lambda self, *a, **k: written.append(1) or python_code(self, *a, **k)
+    )
+    x = torch.randn(5, 4)
+    static, _ = specialize.substituted(gm, [x])
+    assert not written
+    torch.testing.assert_close(static(x), f(x))
+    assert written
+
+
 def test_identical_layers_compile_once(device):
     """Identical blocks' kernels share one Launch per distinct kernel: six blocks have as many
     as four (the first and last blocks' kernels differ from the middle ones'), forward and
