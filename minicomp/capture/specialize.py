@@ -132,7 +132,7 @@ def substituted(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphMod
 
 def _lazy_module(root: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
     """A GraphModule of `graph` whose Python code is generated at its first run: a static graph is
-    read node by node, and runs only as a fallback (a third of a substitution's time went to
+    read node by node, and runs only as a fallback (about half of a substitution's time went to
     generating and compiling code no one ran). torch's own lazy module where it has one."""
     try:
         from torch.fx._lazy_graph_module import _LazyGraphModule, _make_graph_module
