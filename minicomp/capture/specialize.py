@@ -282,10 +282,10 @@ class Specializing:
     fallback policy).
 
     `write_static(static_gm, input_names)`, where given (config "probe_sizes"), writes one's
-    kernels without compiling them (pipeline.write_graph): before the first size, the graph is
-    written at a probe size (`probe_args`), so every kernel family the first size starts has
-    already seen a second member there, and takes the first size's own text as its template,
-    sizes that differ made runtime arguments (codegen/families.py). The next sizes then find a
+    kernels without compiling them (pipeline.write_graph): before the first size (the first whose
+    sizes can move), the graph is written at a probe size (`probe_args`), so every kernel family
+    that size starts has already seen a second member there, and takes that size's own text as
+    its template, sizes that differ made runtime arguments (codegen/families.py). The next sizes then find a
     compiled kernel instead of widening the family, a Triton compile each. The probe only
     decides which literals become runtime arguments: a member is served the template only where
     its own text reads the same, so a probe size Dynamo's guards would refuse costs nothing
@@ -341,15 +341,18 @@ class Specializing:
         return run
 
     def _probe(self, values: list) -> None:
-        """The graph written once at `probe_args` of these values."""
-        write, self.write_static = self.write_static, None  # (once: before the first size)
+        """The graph written once at `probe_args` of these values (at a later size where no size
+        of these can move: the families that size starts are the ones a probe serves)."""
         try:
             args = probe_args(self.gm, values)
-            if args is not None:
-                static, positions = substituted(self.gm, args)
-                write(static, [self.names[i] for i in positions])
-                logs.recompiles.info("%s: written at a probe size first", _graph_name(self.gm))
+            if args is None:
+                return
+            write, self.write_static = self.write_static, None  # (once)
+            static, positions = substituted(self.gm, args)
+            write(static, [self.names[i] for i in positions])
+            logs.recompiles.info("%s: written at a probe size first", _graph_name(self.gm))
         except Exception as err:  # noqa: BLE001 - the probe only saves later compiles
+            self.write_static = None
             logs.recompiles.info("%s: no probe size (%s: %s)", _graph_name(self.gm), type(err).__name__, err)
 
 

@@ -141,6 +141,27 @@ def test_an_unmeasured_padding_choice_is_no_padding(monkeypatch, tmp_path):
         assert matmul_timing.padding_pays("mm", torch.bfloat16, torch.device("cpu"), plain, padded, []) is False
 
 
+def test_a_first_size_too_small_to_probe_leaves_the_probe_for_a_later_one(monkeypatch):
+    """At 10 rows no size can move (-6; 26 lies in another bucket): no probe, and the probe is
+    still there for the next size that can take one (63)."""
+    from minicomp.dispatch import dynamo
+
+    probed = []
+    write_graph = dynamo.write_graph
+    monkeypatch.setattr(dynamo, "write_graph", lambda *a, **k: probed.append(a[0]) or write_graph(*a, **k))
+    torch._dynamo.reset()
+    compiled = torch.compile(_rows, backend=dynamo.backend)
+    sizes = []
+    for rows in (9, 10, 63, 62):
+        x, w = torch.randn(rows, 16), torch.randn(16)
+        for got, expected in zip(compiled(x, w), _rows(x, w)):
+            torch.testing.assert_close(got, expected)
+        sizes.append(len(probed))
+    assert sizes == [0, 0, 1, 1]
+    [x] = [n for n in probed[0].graph.nodes if n.op == "placeholder" and n.meta["val"].dim() == 2]
+    assert tuple(x.meta["val"].shape) == (47, 16)
+
+
 def test_a_probe_the_graph_cannot_take_is_skipped(caplog):
     """A probe size a size check of the graph refuses (its `_assert_scalar` on rows > 60, at the
     probe's 47) is logged and skipped; the sizes compile and run as they would without it."""
