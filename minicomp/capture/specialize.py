@@ -341,8 +341,8 @@ class Specializing:
         return run
 
     def _probe(self, values: list) -> None:
-        """The graph written once at `probe_args` of these values (at a later size where no size
-        of these can move: the families that size starts are the ones a probe serves)."""
+        """The graph written once at `probe_args` of these values; where none of their sizes can
+        move, the probe is left for a later size (the families that size starts are its to widen)."""
         try:
             args = probe_args(self.gm, values)
             if args is None:
