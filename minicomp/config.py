@@ -151,7 +151,7 @@ DEFAULTS = dict(
     cuda_graph_rerecords=8,  # runtime/graphs.py: ... one callable's recorded again this often (static inputs moved)
     chunk_budget_bytes=0,  # row_regions.py: a product only row reductions read, by chunks that fit this (0: whole)
     compile_processes_from=8,  # runtime/compile_processes.py: worker processes compile once this many are outstanding
-    recompute_for_memory=True,  # autograd.py: the backward recomputes cheap pointwise values a matmul there reads
+    recompute_for_memory=True,  # partition.py: the backward recomputes cheap pointwise values, expanding products
     pause_gc=True,  # gc_pause.py: Python's cyclic garbage collector paused while minicomp compiles
     probe_sizes=True,  # specialize.py: a dynamic graph written at a probe size before its first, families widened
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 import types
 from collections.abc import Callable
@@ -190,7 +191,8 @@ def write_graph(
     plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
     if donated:
         plan = dataclasses.replace(plan, donated=donated & freed_inputs, results_over_donated=results_over_donated)
-    logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
+    if logs.fusion.isEnabledFor(logging.INFO):  # (describing a graph costs a few ms a kernel)
+        logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
     try:
         rendered = _parsing(codegen.render_module, plan, name, families, probe)  # Triton kernels + Python wrapper
@@ -261,7 +263,8 @@ def _unfused(
     again = dataclasses.replace(
         written_padded(again), donated=plan.donated, results_over_donated=plan.results_over_donated
     )
-    logs.fusion.info("%s: plan\n%s\n%s", name, again.graph.describe(again.kinds), again)
+    if logs.fusion.isEnabledFor(logging.INFO):
+        logs.fusion.info("%s: plan\n%s\n%s", name, again.graph.describe(again.kinds), again)
     return again
 
 

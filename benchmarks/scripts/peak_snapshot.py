@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python benchmarks/scripts/peak_snapshot.py MODEL VARIANT
 
-MODEL: a key of minicomp/bench/model_specs.MODELS; VARIANT: minicomp or inductor. Prints the peak
+MODEL: a key of minicomp/bench/model_specs.MODELS; VARIANT: as in minicomp/bench/model_row.py
+(`inductor`, `minicomp`, `minicomp:chunk_budget_bytes=268435456`). Prints the peak
 above what was allocated before the step, then the blocks alive at the peak grouped by the line of
 the generated module (or library) that allocated them, largest first (env TOP: how many groups,
 14 by default). The GPU only.
@@ -16,8 +17,8 @@ import tempfile
 
 import torch
 
+from minicomp.bench import model_row
 from minicomp.bench import model_specs as ms
-from minicomp.dispatch.dynamo import registered
 
 KEEP = ("minicomp_cache", "/tmp", "torchinductor", "minicomp/dispatch", "_functorch", "modules/", "transformers")
 
@@ -39,7 +40,7 @@ def main(name: str, variant: str) -> None:
     task = ms.build_task(spec, importlib.import_module(spec.library), sizes, "train", "cuda", torch.bfloat16)
     bf16 = torch.bfloat16
     args, kwargs, target = ms.step_inputs(spec, sizes, "train", task, sizes.length, "cuda", bf16, bf16)
-    compiled = torch.compile(task) if variant == "inductor" else torch.compile(task, backend=registered())
+    compiled = model_row.compiled(task, variant)
 
     def step():
         compiled(*args, target=target, **kwargs).backward()

@@ -80,7 +80,13 @@ _UNKEYED = object()
 def _blank(text: str) -> str:
     """`text` without its comment lines, every identifier as `_`."""
     code = "\n".join(line for line in text.strip().splitlines() if not line.startswith("#"))
-    return _IDENTIFIER.sub("_", code)
+    return blanked(code)
+
+
+def blanked(text: str) -> str:
+    """`text` with every identifier as `_`: two texts one of which is the other with names changed
+    blank alike."""
+    return _IDENTIFIER.sub("_", text)
 
 
 def renamed_digest(text: str) -> str | None:

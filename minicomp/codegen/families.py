@@ -102,6 +102,8 @@ class Families:
         self._families: dict[tuple, Family] = {}  # (name, wide index, text around the sizes) -> family
         self._renamed: dict[tuple, Family] = {}  # (name, wide index, alpha_key) -> family
         self._keyed: set[int] = set()  # ids of the families in `_renamed`
+        self._blanks: dict[int, tuple] = {}  # id of a family -> its `_blank`
+        self._keyed_blanks: set[tuple] = set()  # (name, wide index, `_blank`) of the families in `_renamed`
         self.match_renamed = False
         self._lock = threading.Lock()
         self.checked: dict[str, Outside] = {}  # a kernel's functions -> what they read from the module (assigned.py)
@@ -112,12 +114,20 @@ class Families:
         family = self._families.get(exact)
         if family is not None or not self.match_renamed:
             return family
+        blank = _blank(source, between)  # (a renamed kernel's text differs only in its identifiers)
         for (name, wide, _), known in list(self._families.items()):  # the families not yet keyed so
-            if id(known) not in self._keyed:
+            if id(known) not in self._keyed and (name, wide) == (source.name, source.wide_index):
+                if id(known) not in self._blanks:
+                    self._blanks[id(known)] = _blank(known, known.between)
+                if self._blanks[id(known)] != blank:
+                    continue
                 self._keyed.add(id(known))
                 renamed = alpha_key(known.params, known.between) if known.renamable else None
                 if renamed is not None:
                     self._renamed.setdefault((name, wide, renamed), known)
+                    self._keyed_blanks.add((name, wide, blank))
+        if (source.name, source.wide_index, blank) not in self._keyed_blanks:
+            return None  # (no family it could be a renaming of: none is keyed, none parses)
         renamed = alpha_key(source.params, between) if source.renamable else None
         family = None if renamed is None else self._renamed.get((source.name, source.wide_index, renamed))
         if family is not None:
@@ -184,6 +194,13 @@ def alpha_key(params: list[str], between: list[str]) -> str | None:
     lines = "0".join(between).split("\n")  # (each size as 0: the skeleton)
     function = f"def _kernel({', '.join(params)}):\n" + "\n".join("    " + line for line in lines)
     return alike.renamed_digest(function)
+
+
+def _blank(kernel: KernelSource | Family, between: list[str]) -> tuple:
+    """A kernel's parameter count and text around its sizes with every identifier as `_`: equal for
+    two kernels whose `alpha_key`s are (one is the other renamed), so a kernel whose blank no family
+    shares is keyed by no parse."""
+    return len(kernel.params), tuple(alike.blanked(part) for part in between)
 
 
 def resolved(source: KernelSource) -> KernelSource:

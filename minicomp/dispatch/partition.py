@@ -3,15 +3,16 @@
 The min-cut rematerialization partition (as Inductor's), with three changes: views are never
 saved (functorch's `recompute_views`: the backward takes them again from their base); with config
 "recompute_for_memory" a cheap pointwise value that a non-fusible backward op reads whole is
-recomputed rather than saved; and repeated ops are merged by joint_cse.py, the partition's own
+recomputed rather than saved, and so is an expanding product (attention scores `q @ k^T`:
+expanding_products.py); and repeated ops are merged by joint_cse.py, the partition's own
 pass off (it imports Inductor). The saved values the backward reads at any strides are then
 marked on the forward (saved_layouts.py).
 """
 
 from __future__ import annotations
 
-from minicomp import config
-from minicomp.dispatch import joint_cse, saved_layouts
+from minicomp import config, logs
+from minicomp.dispatch import expanding_products, joint_cse, saved_layouts
 
 
 def partition(joint, inputs, **kwargs):
@@ -20,7 +21,8 @@ def partition(joint, inputs, **kwargs):
 
     Config "recompute_for_memory" (on): a cheap pointwise value a non-fusible backward op reads whole
     (SwiGLU's `silu(gate) * up` for a matmul, a norm's output, GQA's repeated k and v) is recomputed
-    in the backward, not saved, which AOTAutograd bans (`ban_recompute_materialized_backward`).
+    in the backward, not saved, which AOTAutograd bans (`ban_recompute_materialized_backward`);
+    so is a product much larger than its operands over a short contraction (expanding_products.py).
     Repeated ops are merged by joint_cse.py, the partition's own pass off."""
     import torch._functorch.config as functorch_config
     from functorch.compile import min_cut_rematerialization_partition
@@ -28,6 +30,9 @@ def partition(joint, inputs, **kwargs):
     settings = {"recompute_views": True}
     if config.get("recompute_for_memory"):
         settings["ban_recompute_materialized_backward"] = False
+        tagged = expanding_products.mark(joint.graph)
+        if tagged:
+            logs.fusion.info("recomputed in the backward, not saved (expanding products): %s", ", ".join(tagged))
     if functorch_config.cse:  # merged here, without the import of Inductor the partition's pass makes
         joint.graph.eliminate_dead_code()
         joint.graph = joint_cse.merged(joint.graph)

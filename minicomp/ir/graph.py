@@ -105,10 +105,16 @@ class Node:
         return getattr(self.target, "_opname", None) or getattr(self.target, "__name__", str(self.target))
 
     def inputs(self) -> list[str]:
-        """Names of the nodes this one reads, in argument order."""
-        found: list[str] = []
-        _collect_refs((self.args, self.kwargs), found)
-        return found
+        """Names of the nodes this one reads, in argument order (a new list; worked out once per
+        `args` and `kwargs` object: the plan asks for a node's inputs many times)."""
+        known = self.__dict__.get("_inputs")
+        if known is None or known[0] is not self.args or known[1] is not self.kwargs:
+            found: list[str] = []
+            _collect_refs(self.args, found)
+            if self.kwargs:
+                _collect_refs(self.kwargs, found)
+            known = self.__dict__["_inputs"] = (self.args, self.kwargs, tuple(found))
+        return list(known[2])
 
     def describe(self, kind: object | None = None) -> str:
         """One line: name, type, the op and its arguments (and how it lowers, when `kind` is given:
@@ -133,7 +139,8 @@ def _collect_refs(value, found: list[str]) -> None:
             found.append(value.name)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _collect_refs(v, found)
+            if isinstance(v, (Ref, list, tuple, dict)):  # (most arguments are numbers)
+                _collect_refs(v, found)
     elif isinstance(value, dict):
         for v in value.values():
             _collect_refs(v, found)

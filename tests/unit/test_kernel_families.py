@@ -211,6 +211,32 @@ def test_a_member_named_otherwise_is_served_its_familys_text():
     assert other.body != first.body
 
 
+def test_a_kernel_no_family_blanks_alike_is_looked_up_without_a_parse(monkeypatch):
+    """Once traced again, a kernel that misses is keyed by `alpha_key` (a parse) only where some
+    family of its name blanks alike (identifiers as `_`): a renamed member parses, one of another
+    structure does not, and is still not served another's text."""
+    from minicomp.codegen.kernel import KernelSource
+
+    def member(x, tmp, op="+"):
+        return KernelSource(
+            kernel=None, name="mc_k_0", params=[f"{x}_ptr", "out_ptr"], args=[], numel=8, header=[],
+            body=[f"{x} = tl.load({x}_ptr + offsets, mask=mask)", f"{tmp} = {x} {op} 1.0",
+                  f"tl.store(out_ptr + «4»*offsets, {tmp}, mask=mask)"],
+            wide_index=False,
+        )  # fmt: skip
+
+    parses = []
+    key = families.alpha_key
+    monkeypatch.setattr(families, "alpha_key", lambda *a: parses.append(a) or key(*a))
+    fams = families.Families()
+    first = fams.generalize(member("a", "add"))
+    fams.match_renamed = True
+    other = fams.generalize(member("a", "add", op="*"))
+    assert parses == [] and other.body != first.body
+    renamed = fams.generalize(member("b", "add_3"))
+    assert len(parses) == 2 and renamed.body == first.body  # (the family's key, then the member's)
+
+
 def test_another_function_starts_its_own_families(module_sources):
     """What one function saw never changes another's kernels: a second function of the same body
     starts with its sizes as constants."""
