@@ -10,12 +10,15 @@ product in the backward costs no memory, and its flops per element are 2 * d.
 
 `mark` tags each such product of a joint graph PREFER_RECOMPUTE (torch's checkpoint policy,
 which the min-cut honours), and with it the values as large as it that forward ops compute from
-it element by element (the softmax's shift, exponent and quotient, a mask applied to them):
+it element by element (the softmax's shift, exponent and quotient, a mask applied to them; not
+through a `full_like` of it, which reads its shape alone: a dropout mask drawn from
+`full_like(scores, p)` stays what it was, and the product is no more read by the backward for it):
 left free, the cut saves one of those in the scores' place. What it saves instead is what they
 read besides (the softmax's row maxima and sums, a few values a row).
 The rule:
 - an mm or bmm of the forward (no tangent reaches it) whose value the backward reads, itself or
-  through forward ops, and that the graph does not return;
+  through forward ops; neither it nor a value after it is tagged where the graph returns it, or
+  a view of it (the caller holds it: saved, it costs nothing);
 - its output at least EXPANSION times the bytes of its operands together;
 - a contraction of at most MAX_CONTRACTION elements (the recompute stays cheap: the GPU time of
   a score matrix's write and read is already more than its product's at d = 64).
@@ -38,16 +41,31 @@ def mark(graph: torch.fx.Graph) -> list[str]:
 
     backward = _after_tangents(graph)
     read_later = _read_by_backward(graph, backward)
-    returned = set(graph.output_node().all_input_nodes)  # (the forward has it anyway: a caller's value)
+    returned = _returned(graph)  # (the caller holds these anyway: saving one costs nothing)
     tagged = []
     for node in graph.nodes:
-        if node in backward or node in returned or node not in read_later or not _expanding(node):
+        if node in backward or node not in read_later or not _expanding(node):
             continue
         for value in (node, *_elementwise_after(node, backward)):
             if value in read_later and value not in returned and value.meta.get("recompute") is None:
                 value.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE  # (a user's own policy stays)
                 tagged.append(value.name)
     return tagged
+
+
+def _returned(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The values the graph returns and those whose memory they view (a [B * S, V] product returned
+    as [B, S, V])."""
+    found: set[torch.fx.Node] = set()
+    stack = list(graph.output_node().all_input_nodes)
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if node.op == "call_function" and _is_view(node):
+            stack.extend(node.all_input_nodes[:1])  # (a view's base is its first argument)
+    return found
 
 
 def _elementwise_after(product: torch.fx.Node, backward: set[torch.fx.Node]) -> list[torch.fx.Node]:
@@ -64,13 +82,20 @@ def _elementwise_after(product: torch.fx.Node, backward: set[torch.fx.Node]) -> 
         numel = _numel(node)
         if numel is None or size is None or numel < size:
             continue
-        if not node.target.is_view:
+        if _shape_only(node):  # (it reads no value of the product)
+            continue
+        if not _is_view(node):
             found.append(node)
         stack.extend(node.users)
     return found
 
 
-ELEMENTWISE = ("_to_copy.default", "full_like.default", "zeros_like.default", "ones_like.default")
+SHAPE_ONLY = ("full_like.default", "zeros_like.default", "ones_like.default")
+ELEMENTWISE = ("_to_copy.default", *SHAPE_ONLY)
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    return f"{node.target._opname}.{node.target._overloadname}"
 
 
 def _elementwise(node: torch.fx.Node) -> bool:
@@ -81,8 +106,14 @@ def _elementwise(node: torch.fx.Node) -> bool:
     tags = node.target.tags
     if torch.Tag.nondeterministic_seeded in tags:
         return False
-    name = f"{node.target._opname}.{node.target._overloadname}"
-    return torch.Tag.pointwise in tags or node.target.is_view or name in ELEMENTWISE
+    return torch.Tag.pointwise in tags or _is_view(node) or _op_name(node) in ELEMENTWISE
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """A view op, `_unsafe_view` (a matmul's reshape of its result) among them."""
+    return isinstance(node.target, torch._ops.OpOverload) and (
+        node.target.is_view or _op_name(node) == "_unsafe_view.default"
+    )
 
 
 def _after_tangents(graph: torch.fx.Graph) -> set[torch.fx.Node]:
@@ -104,15 +135,20 @@ def _read_by_backward(graph: torch.fx.Graph, backward: set[torch.fx.Node]) -> se
     for node in reversed(graph.nodes):
         if node in backward or node.op == "output":
             continue  # (what the graph returns is no backward read)
-        if any(user in backward or user in found for user in node.users):
+        if any((user in backward or user in found) and not _shape_only(user) for user in node.users):
             found.add(node)
     return found
+
+
+def _shape_only(node: torch.fx.Node) -> bool:
+    """A `full_like` and its kind: it reads its argument's shape, not its values."""
+    return isinstance(node.target, torch._ops.OpOverload) and _op_name(node) in SHAPE_ONLY
 
 
 def _expanding(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
-    if node.target.namespace != "aten" or f"{node.target._opname}.{node.target._overloadname}" not in PRODUCTS:
+    if node.target.namespace != "aten" or _op_name(node) not in PRODUCTS:
         return False
     out, a, b = node.meta.get("val"), *(getattr(x, "meta", {}).get("val") for x in node.args[:2])
     if not all(isinstance(t, torch.Tensor) for t in (out, a, b)):

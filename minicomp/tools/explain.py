@@ -76,7 +76,8 @@ def explain(fn, *args, image: str | Path | None = None, **kwargs) -> Explanation
             (f"generated module{tag}", compiled.source),
             (
                 f"memory{tag}",
-                memory(compiled, saved if role == "backward" else frozenset(), saved if role == "forward" else ()),
+                memory(compiled, saved if role == "backward" else frozenset(), saved if role == "forward" else ())
+                + (_recomputed(compiled) if role == "backward" else ""),
             ),
             (f"compile time{tag}", compile_time(compiled)),
         ]
@@ -154,6 +155,16 @@ def memory(compiled: Compiled, freed: frozenset[str] = frozenset(), saved=()) ->
             dtype = str(meta.dtype).removeprefix("torch.")
             lines.append(f"  {name}: {dtype}{list(meta.shape)} {nbytes(meta) / mib:.3f} MiB")
     return "\n".join(lines)
+
+
+def _recomputed(compiled: Compiled) -> str:
+    """A line naming the forward values this backward computes again by a checkpoint policy, not
+    saved (dispatch/expanding_products.py: attention scores and their softmax; a user's policy),
+    or nothing."""
+    names = [n.name for n in compiled.fx.graph.nodes if n.meta.get("recompute") is not None and n.op == "call_function"]
+    if not names:
+        return ""
+    return f"\nrecomputed here, not saved (checkpoint policy: expanding products): {', '.join(names)}"
 
 
 def _run_backward_once(jitted: JitFunction, args, kwargs) -> None:

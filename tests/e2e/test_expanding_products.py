@@ -179,3 +179,26 @@ def test_a_symbolic_size_is_read_at_its_hint():
     assert isinstance(size, torch.SymInt)
     assert expanding_products._hint(size) == 256
     assert expanding_products._hint(7) == 7
+
+
+def test_a_mask_drawn_from_a_full_like_of_the_scores_is_left_alone():
+    """`full_like(scores, p)` reads the scores' shape alone: the walk stops there, and the scores
+    are not read by the backward for it (a hand-written dropout's bool mask stays saved)."""
+
+    def masked(q, k):
+        scores = q @ k.transpose(-1, -2)
+        return (scores * torch.bernoulli(torch.full_like(scores, 0.7))).sum(-1)
+
+    assert _tagged(_joint(masked, (2, 2, 64, 16), (2, 2, 64, 16))) == []
+
+
+def test_a_product_returned_through_a_view_is_not_recomputed():
+    """Logits [B * S, V] returned as [B, S, V] (a language model's): the caller holds them, so
+    the backward does not make the product again; what the loss computes from it still is."""
+
+    def head(h, w):
+        logits = h @ w.t()
+        return logits, torch.logsumexp(logits.view(-1, 512), -1).mean()
+
+    tagged = _tagged(_joint(head, (4, 64, 16), (512, 16)))
+    assert "aten.mm.default" not in tagged and tagged, tagged

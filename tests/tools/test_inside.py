@@ -214,3 +214,18 @@ def test_jit_accepts_a_module_and_trains_it(device):
     torch.testing.assert_close(model[0].weight, reference[0].weight)  # gradients reached the parameters
     with torch.no_grad():
         torch.testing.assert_close(jitted(x), reference(x))  # and the update is seen
+
+
+def test_explain_names_the_attention_scores_the_backward_recomputes():
+    """issue #41: written-out attention's scores and softmax are recomputed, not saved
+    (dispatch/expanding_products.py), and the backward's memory section says so."""
+    import math
+
+    def attention(q, k, v):
+        return (torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v).sum()
+
+    q, k, v = (torch.randn(4, 32, 8, requires_grad=True) for _ in range(3))
+    backward = dict(minicomp.explain(attention, q, k, v).sections)["memory (backward)"]
+    assert "recomputed here, not saved (checkpoint policy: expanding products): bmm" in backward
+    forward = dict(minicomp.explain(attention, q, k, v).sections)["memory (forward)"]
+    assert "float32[4, 32, 32]" not in forward  # no [B, S, S] value saved

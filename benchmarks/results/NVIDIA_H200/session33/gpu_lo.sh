@@ -1,0 +1,2 @@
+export PYTHONPATH=$PWD
+timeout 200 python .probe/s33/llama_order.py > $OUT/llama_order.txt 2>&1
