@@ -82,16 +82,13 @@ def _elementwise_after(product: torch.fx.Node, backward: set[torch.fx.Node]) -> 
         numel = _numel(node)
         if numel is None or size is None or numel < size:
             continue
-        if _shape_only(node):  # (it reads no value of the product)
-            continue
         if not _is_view(node):
             found.append(node)
         stack.extend(node.users)
     return found
 
 
-SHAPE_ONLY = ("full_like.default", "zeros_like.default", "ones_like.default")
-ELEMENTWISE = ("_to_copy.default", *SHAPE_ONLY)
+SHAPE_ONLY = ("full_like.default", "zeros_like.default", "ones_like.default")  # (read a shape, no value)
 
 
 def _op_name(node: torch.fx.Node) -> str:
@@ -99,14 +96,14 @@ def _op_name(node: torch.fx.Node) -> str:
 
 
 def _elementwise(node: torch.fx.Node) -> bool:
-    """An op whose output element reads its inputs' at the same place (or none): pointwise ops,
-    casts, views, `full_like`; never a random one."""
+    """An op whose output element reads its inputs' at the same place: pointwise ops, casts, views;
+    never a random one, nor a `full_like` (it reads no value of its argument)."""
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
     tags = node.target.tags
     if torch.Tag.nondeterministic_seeded in tags:
         return False
-    return torch.Tag.pointwise in tags or _is_view(node) or _op_name(node) in ELEMENTWISE
+    return torch.Tag.pointwise in tags or _is_view(node) or _op_name(node) == "_to_copy.default"
 
 
 def _is_view(node: torch.fx.Node) -> bool:
