@@ -186,11 +186,11 @@ def write_graph(
     logs.graph.info("%s: IR\n%s", name, graph)
     clock.lap("ir")
     plan = fusion.plan(graph, inference=inference, **rounding)  # kinds, kernels, extern calls, their order, refusals
+    if donated:
+        plan = dataclasses.replace(plan, donated=donated & freed_inputs, results_over_donated=results_over_donated)
     plan = schedule.order(plan, freed_inputs)  # the order of the steps: the lower peak memory, views late
     plan = _with_output_layouts(plan, output_layouts or [])  # a gradient in its leaf's layout
     plan = written_padded(plan)  # a padded value written inside its padded buffer, no copy
-    if donated:
-        plan = dataclasses.replace(plan, donated=donated & freed_inputs, results_over_donated=results_over_donated)
     if logs.fusion.isEnabledFor(logging.INFO):  # (describing a graph costs a few ms a kernel)
         logs.fusion.info("%s: plan\n%s\n%s", name, graph.describe(plan.kinds), plan)
     clock.lap("plan")
@@ -258,11 +258,9 @@ def _unfused(
         err,
     )
     again = fusion.plan(plan.graph, frozenset(cut), inference=inference, **rounding)
+    again = dataclasses.replace(again, donated=plan.donated, results_over_donated=plan.results_over_donated)
     again = schedule.order(again, freed_inputs)
-    again = _with_output_layouts(again, layouts)
-    again = dataclasses.replace(
-        written_padded(again), donated=plan.donated, results_over_donated=plan.results_over_donated
-    )
+    again = written_padded(_with_output_layouts(again, layouts))
     if logs.fusion.isEnabledFor(logging.INFO):
         logs.fusion.info("%s: plan\n%s\n%s", name, again.graph.describe(again.kinds), again)
     return again

@@ -11,10 +11,15 @@ after its scatter and free the float32 buffer.
     kernel: to_copy_1 <- index_put_1, ..., to_copy_26 <- index_put_26   (one kernel)
  -> to_copy_1 <- index_put_1 | ... | to_copy_26 <- index_put_26        (a kernel each)
 
+The same holds for what such a kernel writes: a backward recomputes each layer's norm output from
+its saved inputs, all of the same stage and shape; in one kernel, every layer's [rows, hidden]
+value was allocated at the start of the backward, beside the logits' gradient (Llama's peak, 64 MiB
+of it). A kernel each lets the schedule run each just before the matmuls that read it.
+
 Stores are grouped by the loads they share (transitively); a group that reads a buffer the graph
-computes (not an input, which the caller keeps alive anyway) of at least config "apart_bytes" is a
-kernel of its own; the other groups stay together (a decode step's small values keep their one
-launch).
+computes (not an input, which the caller keeps alive anyway) or writes a value of at least config
+"apart_bytes" is a kernel of its own; the other groups stay together (a decode step's small values
+keep their one launch).
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ def _parts(graph: Graph, kernel: Kernel, fill) -> list[list[str]] | None:
             groups.remove(group)
             stores, reads = group[0] + stores, group[1] | reads
         groups.append((stores, reads))
-    large = [g for g in groups if any(_computed_bytes(graph, n) >= config.get("apart_bytes") for n in g[1])]
+    least = config.get("apart_bytes")
+    large = [g for g in groups if any(_computed_bytes(graph, n) >= least for n in (*g[1], *g[0]))]
     if len(groups) < 2 or not large:
         return None
     rest = [name for g in groups if g not in large for name in g[0]]

@@ -52,9 +52,18 @@ def test_buffer_read_at_other_addresses_is_not_overwritten(device):
 
 
 def test_buffer_read_again_later_is_not_overwritten(device):
+    x, w = (torch.randn(s, device=device) for s in ((64, 32), (32, 48)))
+    source = check(lambda x, w: (lambda y: (torch.relu(y) * 2).T @ y)(x @ w), x, w)
+    assert reused(source) == {}  # mm is read by the matmul that reads the pointwise kernel's result
+
+
+def test_a_reader_that_can_go_first_lets_the_kernel_write_in_place(device):
+    # the other matmul that reads mm needs nothing of the kernel's: the schedule runs it first
+    # (its model counts a store written over a buffer that dies there), and the kernel then
+    # writes over mm
     x, w, w2 = (torch.randn(s, device=device) for s in ((64, 32), (32, 48), (48, 16)))
     source = check(lambda x, w, w2: (lambda y: ((torch.relu(y) * 2) @ w2, y @ w2))(x @ w), x, w, w2)
-    assert reused(source) == {}  # mm is read by a matmul after the pointwise kernel
+    assert reused(source) == {"mul": "mm"}
 
 
 def test_input_is_never_overwritten(device):
@@ -233,3 +242,37 @@ def test_greedy_order_by_heap_is_the_scans(freed):
     scan = schedule._Model(plan, storages.Storages.of(plan), saved, touched)
     assert len(plan.steps) > 20
     assert model.greedy() == _greedy_by_scan(scan)
+
+
+def test_the_model_counts_a_store_written_over_a_dying_donated_input():
+    # a backward's saved logits take their gradient (codegen/reuse.py): the schedule's model holds
+    # one buffer there, not two, or every order it compares peaks at that kernel alike
+    import dataclasses
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda a, w: (a * 2) @ w)(torch.randn(64, 32), torch.randn(32, 8))
+    plan = fusion.plan(ir.from_fx(gm))
+    a = plan.graph.inputs[0]
+    donated = dataclasses.replace(plan, donated=frozenset({a}))
+    assert schedule.peak(plan, frozenset({a})).bytes == 2 * 64 * 32 * 4  # a and a * 2
+    assert schedule.peak(donated, frozenset({a})).bytes == 64 * 32 * 4 + 64 * 8 * 4  # a * 2 in a, then the product
+
+
+def test_large_values_that_share_no_load_are_written_by_kernels_apart():
+    # each layer's recomputed norm output in one kernel were all allocated at once (Llama's
+    # backward, 64 MiB at its peak); large stores of one stage and shape get a kernel each
+    pair = (torch.randn(64, 32), torch.randn(64, 32))
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x, y: (x * 2, y * 3))(*pair)
+    assert len(fusion.plan(ir.from_fx(gm)).kernels) == 1  # small: one launch
+    with config.override(apart_bytes=64 * 32 * 4):
+        assert len(fusion.plan(ir.from_fx(gm)).kernels) == 2
+
+
+def test_order_keeps_the_lowest_modeled_peak_of_its_candidates():
+    plan, saved = _block_plan(freed=True)
+    model = schedule._Model(plan, storages.Storages.of(plan), saved, [storages.uses(plan, s) for s in plan.steps])
+    ordered = schedule.order(plan, saved)
+    position = {id(step): i for i, step in enumerate(plan.steps)}
+    chosen = model.peak([position[id(s)] for s in ordered.steps])
+    candidates = [model.greedy(r, d) for r in (False, True) for d in (False, True)]
+    assert all(sorted(c) == list(range(len(plan.steps))) for c in candidates)
+    assert chosen == min(model.peak(c) for c in candidates + [list(range(len(plan.steps)))])
