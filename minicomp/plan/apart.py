@@ -18,8 +18,10 @@ of it). A kernel each lets the schedule run each just before the matmuls that re
 
 Stores are grouped by the loads they share (transitively); a group that reads a buffer the graph
 computes (not an input, which the caller keeps alive anyway) or writes a value of at least config
-"apart_bytes" is a kernel of its own; the other groups stay together (a decode step's small values
-keep their one launch).
+"apart_bytes" is a kernel of its own, and so is a group that reads inputs alone where the kernel's
+stores add up to that much (a backward's recomputations: BERT's per-layer LayerNorm outputs, 6 MiB
+each, and the float32 copies of q, k and v its attention's gradient reads); the other groups stay
+together (a decode step's small values keep their one launch).
 """
 
 from __future__ import annotations
@@ -51,7 +53,11 @@ def apart(graph: Graph, kernels: list[Kernel], fill: Callable[[Kernel], Kernel])
 
 def _parts(graph: Graph, kernel: Kernel, fill) -> list[list[str]] | None:
     """The kernel's stores in the kernels they should be, or None to keep it whole."""
-    loads = {name: set(fill(PointwiseKernel(0, kernel.stage, kernel.shape, [name])).loads) for name in kernel.stores}
+    least = config.get("apart_bytes")
+    loads = {
+        name: {n for n in fill(PointwiseKernel(0, kernel.stage, kernel.shape, [name])).loads if _ties(graph, n, least)}
+        for name in kernel.stores
+    }
     groups: list[tuple[list[str], set[str]]] = []
     for name in kernel.stores:  # merge every group that shares a load with this store
         stores, reads = [name], set(loads[name])
@@ -59,14 +65,28 @@ def _parts(graph: Graph, kernel: Kernel, fill) -> list[list[str]] | None:
             groups.remove(group)
             stores, reads = group[0] + stores, group[1] | reads
         groups.append((stores, reads))
-    least = config.get("apart_bytes")
-    large = [g for g in groups if any(_computed_bytes(graph, n) >= least for n in (*g[1], *g[0]))]
+    recomputing = sum(_computed_bytes(graph, n) for n in kernel.stores) >= least
+    large = [
+        g
+        for g in groups
+        if any(_computed_bytes(graph, n) >= least for n in (*g[1], *g[0]))
+        or (recomputing and all(graph[n].is_input for n in g[1]))
+    ]
     if len(groups) < 2 or not large:
         return None
     rest = [name for g in groups if g not in large for name in g[0]]
     parts = [g[0] for g in large] + ([rest] if rest else [])
     position = {name: i for i, name in enumerate(kernel.stores)}
     return sorted((sorted(p, key=position.get) for p in parts), key=lambda p: position[p[0]])
+
+
+def _ties(graph: Graph, name: str, least: int) -> bool:
+    """Whether reading `name` ties two stores to one kernel: anything but a small input (an
+    attention mask every layer's recomputed softmax reads, a norm's weight), which each kernel
+    reads again for little."""
+    node = graph[name]
+    meta = node.meta
+    return not node.is_input or not isinstance(meta, TensorMeta) or meta.numel * meta.dtype.itemsize * 16 >= least
 
 
 def _computed_bytes(graph: Graph, name: str) -> int:

@@ -12,15 +12,16 @@ large buffers alive with the saved one.
 uses it last; of the inputs, only the backward's saved activations, which
 AOTAutograd hands over, are freed by their last use: parameters and tangents
 are the caller's; a kernel's store that codegen/reuse.py may write over a buffer
-the kernel reads for the last time holds no memory of its own: `_written_over`)
+the kernel reads for the last time, or that plan/padded_writes.py writes inside
+the padded buffer it is copied to, holds no memory of its own: `_written_over`)
 and builds other orders greedily: of the steps whose inputs are ready, the one
 that adds the fewest bytes (allocated minus freed), ties in the plan's order; in
 variants, a large memory freed at once by the few steps that read it last
-(`release`: Llama's logits' gradient by the vocabulary projection's weight
-gradient, 817 -> 744 MiB on an H200), steps whose results nothing could read
-yet put off (`defer`). It keeps the order of the lowest modeled peak, the plan's
-on a tie, as Inductor's `reorder_for_peak_memory` compares several orders by
-their estimated peak. Externs that mutate or draw random numbers keep their order
+(`release`), a recomputation off the gradients' path put off until that path
+needs it (`defer`: H200 training peaks Llama 817 -> 728 MiB, BERT 549 -> 429,
+GPT-2 872 -> 678 with the model's fixes). It keeps the order of the lowest
+modeled peak, the plan's on a tie, as Inductor's `reorder_for_peak_memory`
+compares several orders by their estimated peak. Externs that mutate or draw random numbers keep their order
 among themselves. Then each view extern moves to just before its first reader,
 so the Python calls that make views overlap the GPU's work instead of delaying
 the first launch (`_views_late`).
@@ -148,6 +149,10 @@ class _Model:
         for earlier, later in zip(ordered, ordered[1:]):
             self.after[later].add(earlier)
         self.over = [_written_over(plan, storages, step) for step in plan.steps]
+        gradients = {n for n in plan.graph.inputs if n.startswith("tangents")}  # AOTAutograd's names
+        self.floating: list[bool] = []  # off the gradients' path: reads what the forward saved alone
+        for i, names in enumerate(touched):
+            self.floating.append(not (names & gradients) and all(j < i and self.floating[j] for j in self.after[i]))
 
     def _change(self, i: int, left: Counter) -> tuple[int, int]:
         """(the bytes step `i` allocates, the bytes freed once it has run), where each memory has
@@ -241,9 +246,17 @@ class _Model:
         held = self.held_inputs
         early = 1 + sum(self.storages.size.values())  # a step whose result nothing could read yet waits
 
+        def lets_run(i: int, depth: int) -> bool:
+            """Whether running step i lets a step of the gradients' path run (through steps off it
+            that wait for nothing else, `depth` deep)."""
+            return any(
+                waiting[j] == 1 and (not self.floating[j] or (depth > 0 and lets_run(j, depth - 1)))
+                for j in unblocks[i]
+            )
+
         def push(i: int) -> None:
             net = grows[i] - self._freed(i, left)
-            idle = defer and net > 0 and not any(waiting[j] == 1 for j in unblocks[i])
+            idle = defer and net > 0 and self.floating[i] and not lets_run(i, 4)
             keys[i] = (net + idle * early, i)
             heapq.heappush(heap, keys[i])
 
@@ -316,7 +329,9 @@ def _written_over(plan: Plan, storages: Storages, step: Step) -> dict[str, tuple
     the kernel reads: {store: those buffers}. The model's stand-in for codegen/reuse.py, which
     decides once the order is known (where the buffer dies, whether each element is read by the
     program that overwrites it): a store of the buffer's dtype and device, of its element count
-    or a sixteenth less (the buffer padded: BERT's saved logits, [rows, V] inside [rows, V + 6]),
+    within a sixteenth (one of them padded: BERT's logits' gradient, [rows, V], and the padded
+    buffer [rows, V + 6] the matmuls read, which plan/padded_writes.py has the gradient's kernel
+    write inside after the schedule),
     that is new memory (views of it may follow) and does not outlive the call, over a buffer
     that owns its memory, outlives nothing and is no input but a donated one (a backward's
     saved logits, which take their gradient)."""
@@ -339,7 +354,7 @@ def _written_over(plan: Plan, storages: Storages, step: Step) -> dict[str, tuple
             b
             for b in buffers
             if (graph[b].meta.dtype, graph[b].meta.device) == (meta.dtype, meta.device)
-            and meta.numel <= graph[b].meta.numel <= meta.numel * 17 // 16
+            and max(meta.numel, graph[b].meta.numel) * 16 <= min(meta.numel, graph[b].meta.numel) * 17
         )
         if alike:
             over[store] = alike

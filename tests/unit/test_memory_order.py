@@ -257,6 +257,21 @@ def test_the_model_counts_a_store_written_over_a_dying_donated_input():
     assert schedule.peak(donated, frozenset({a})).bytes == 64 * 32 * 4 + 64 * 8 * 4  # a * 2 in a, then the product
 
 
+def test_the_model_counts_a_padded_copy_as_written_over_what_it_pads():
+    # BERT's logits' gradient padded to [rows, V + 6] for the matmuls: plan/padded_writes.py has
+    # the gradient's kernel write inside the padded buffer, after the schedule; the model counts
+    # the pad as no new memory (within a sixteenth), or every order peaks alike at the pad
+    import dataclasses
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda a, w: torch.nn.functional.pad(a * 2, (0, 2)) @ w)(
+        torch.randn(64, 32), torch.randn(34, 8)
+    )
+    plan = fusion.plan(ir.from_fx(gm))
+    a = plan.graph.inputs[0]
+    donated = dataclasses.replace(plan, donated=frozenset({a}))
+    assert schedule.peak(donated, frozenset({a})).bytes < 64 * 32 * 4 + 64 * 34 * 4
+
+
 def test_large_values_that_share_no_load_are_written_by_kernels_apart():
     # each layer's recomputed norm output in one kernel were all allocated at once (Llama's
     # backward, 64 MiB at its peak); large stores of one stage and shape get a kernel each
@@ -276,3 +291,28 @@ def test_order_keeps_the_lowest_modeled_peak_of_its_candidates():
     candidates = [model.greedy(r, d) for r in (False, True) for d in (False, True)]
     assert all(sorted(c) == list(range(len(plan.steps))) for c in candidates)
     assert chosen == min(model.peak(c) for c in candidates + [list(range(len(plan.steps)))])
+
+
+def test_a_recomputation_waits_until_the_gradients_path_needs_it():
+    # `defer`: a step off the gradients' path (it reads only what the forward saved: BERT's
+    # recomputed GELU outputs and float32 copies of q, k and v) that adds bytes runs when a step
+    # of that path is about to read it, not at the backward's start beside the logits' gradient
+    def backward(saved, w, tangents_1):
+        recomputed = saved.float() * 2
+        h = torch.relu(torch.relu(tangents_1 @ w) @ w.T)
+        return h.T @ recomputed
+
+    args = (torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(32, 32), torch.randn(64, 32))
+    gm = torch.fx.experimental.proxy_tensor.make_fx(backward)(*args)
+    plan = fusion.plan(ir.from_fx(gm))
+    saved = frozenset({plan.graph.inputs[0]})
+    model = schedule._Model(plan, storages.Storages.of(plan), saved, [storages.uses(plan, s) for s in plan.steps])
+    label = [schedule._label(s) for s in plan.steps]
+    (recompute,) = [i for i, s in enumerate(plan.steps) if isinstance(s, fusion.Kernel) and saved & set(s.loads)]
+    products = [i for i, name in enumerate(label) if name.startswith("extern mm")]
+    assert model.floating[recompute] and not any(model.floating[i] for i in products)
+    first, *_, reader = products  # the gradient's first product; the product that reads the recomputation
+    assert model.greedy().index(recompute) < model.greedy().index(first)  # the plain rule: at once
+    deferred = model.greedy(defer=True)
+    assert max(deferred.index(i) for i in products[:-1]) < deferred.index(recompute) < deferred.index(reader)
+    assert model.peak(deferred) < model.peak(model.greedy())
