@@ -54,10 +54,13 @@ def apart(graph: Graph, kernels: list[Kernel], fill: Callable[[Kernel], Kernel])
 def _parts(graph: Graph, kernel: Kernel, fill) -> list[list[str]] | None:
     """The kernel's stores in the kernels they should be, or None to keep it whole."""
     least = config.get("apart_bytes")
-    loads = {
-        name: {n for n in fill(PointwiseKernel(0, kernel.stage, kernel.shape, [name])).loads if _ties(graph, n, least)}
-        for name in kernel.stores
-    }
+    recomputing = sum(_computed_bytes(graph, n) for n in kernel.stores) >= least
+    loads = {}
+    for name in kernel.stores:
+        read = set(fill(PointwiseKernel(0, kernel.stage, kernel.shape, [name])).loads)
+        if recomputing and all(graph[n].is_input for n in read):  # a value recomputed from saved ones
+            read = {n for n in read if _ties(graph, n, least)}
+        loads[name] = read
     groups: list[tuple[list[str], set[str]]] = []
     for name in kernel.stores:  # merge every group that shares a load with this store
         stores, reads = [name], set(loads[name])
@@ -65,7 +68,6 @@ def _parts(graph: Graph, kernel: Kernel, fill) -> list[list[str]] | None:
             groups.remove(group)
             stores, reads = group[0] + stores, group[1] | reads
         groups.append((stores, reads))
-    recomputing = sum(_computed_bytes(graph, n) for n in kernel.stores) >= least
     large = [
         g
         for g in groups
@@ -81,9 +83,9 @@ def _parts(graph: Graph, kernel: Kernel, fill) -> list[list[str]] | None:
 
 
 def _ties(graph: Graph, name: str, least: int) -> bool:
-    """Whether reading `name` ties two stores to one kernel: anything but a small input (an
-    attention mask every layer's recomputed softmax reads, a norm's weight), which each kernel
-    reads again for little."""
+    """Whether reading `name` ties two recomputations to one kernel: anything but a small input
+    (a mask every layer's recomputed value reads), which each kernel reads again for little.
+    (Values computed from computed ones keep every shared load: RoPE's q and k share cos and sin.)"""
     node = graph[name]
     meta = node.meta
     return not node.is_input or not isinstance(meta, TensorMeta) or meta.numel * meta.dtype.itemsize * 16 >= least

@@ -42,6 +42,7 @@ from minicomp.plan.storages import Storages, defines, uses
 
 Step = Kernel | Extern
 RELEASE_STEPS = 64  # the most steps `_Model.greedy` runs at once to free a large memory
+MOVING = {"permute", "transpose", "t", "flip", "roll", "cat", "as_strided", "diagonal"}  # ops no store is written over
 
 
 def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
@@ -53,10 +54,11 @@ def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
     model = _Model(plan, storages, freed_inputs, touched)
     steps = list(range(len(plan.steps)))
     _check_dependencies(plan, model)
+    lowest = model.peak(steps)
     for release, defer in ((False, False), (True, False), (False, True), (True, True)):
         candidate = model.greedy(release, defer)
-        if model.peak(candidate) < model.peak(steps):
-            steps = candidate
+        if model.peak(candidate) < lowest:
+            steps, lowest = candidate, model.peak(candidate)
     steps = _views_late(plan, storages, steps, touched)
     return replace(plan, steps=[plan.steps[i] for i in steps])
 
@@ -328,13 +330,14 @@ def _written_over(plan: Plan, storages: Storages, step: Step) -> dict[str, tuple
     """Of a pointwise or reduction kernel's stores, each that may go into the memory of a buffer
     the kernel reads: {store: those buffers}. The model's stand-in for codegen/reuse.py, which
     decides once the order is known (where the buffer dies, whether each element is read by the
-    program that overwrites it): a store of the buffer's dtype and device, of its element count
-    within a sixteenth (one of them padded: BERT's logits' gradient, [rows, V], and the padded
-    buffer [rows, V + 6] the matmuls read, which plan/padded_writes.py has the gradient's kernel
-    write inside after the schedule),
-    that is new memory (views of it may follow) and does not outlive the call, over a buffer
-    that owns its memory, outlives nothing and is no input but a donated one (a backward's
-    saved logits, which take their gradient)."""
+    program that overwrites it): a store computed from the buffer through no op that moves
+    elements (MOVING: a transposed copy is never written over its source), of the buffer's
+    dtype and device and at most its element count, a sixteenth less at most (the buffer padded),
+    or a sixteenth more through a `constant_pad_nd` (BERT's logits' gradient padded to [rows,
+    V + 6] for the matmuls, which plan/padded_writes.py has the gradient's kernel write inside,
+    after the schedule); that is new memory (views of it may follow) and does not outlive the
+    call; over a buffer that owns its memory, outlives nothing and is no input but a donated one
+    (a backward's saved logits, which take their gradient)."""
     if not isinstance(step, (PointwiseKernel, ReductionKernel)):
         return {}
     graph, over = plan.graph, {}
@@ -350,15 +353,39 @@ def _written_over(plan: Plan, storages: Storages, step: Step) -> dict[str, tuple
         meta = graph[store].meta
         if storages.owner.get(store) != store or store in storages.kept or not isinstance(meta, TensorMeta):
             continue
+        path = _between(plan, step, store)
         alike = tuple(
             b
             for b in buffers
             if (graph[b].meta.dtype, graph[b].meta.device) == (meta.dtype, meta.device)
-            and max(meta.numel, graph[b].meta.numel) * 16 <= min(meta.numel, graph[b].meta.numel) * 17
+            and b in path
+            and not path[b] & MOVING
+            and meta.numel * 16 <= graph[b].meta.numel * (17 if "constant_pad_nd" in path[b] else 16)
+            and graph[b].meta.numel * 16 <= meta.numel * 17
         )
         if alike:
             over[store] = alike
     return over
+
+
+def _between(plan: Plan, step: Step, store: str) -> dict[str, frozenset[str]]:
+    """{a value the kernel loads that `store` is computed from: the ops of the kernel's nodes on
+    the way from it to the store}."""
+    inside, found = set(step.nodes), {}
+
+    def walk(name: str) -> dict[str, frozenset[str]]:
+        if name not in inside:
+            return {name: frozenset()}
+        if name not in found:
+            found[name] = {}
+            node, reached = plan.graph[name], {}
+            for source in node.inputs():
+                for load, ops in walk(source).items():
+                    reached[load] = reached.get(load, frozenset()) | ops | {node.op_name.strip("_")}
+            found[name] = reached
+        return found[name]
+
+    return walk(store)
 
 
 def _keeps_order(plan: Plan, step: Step) -> bool:

@@ -316,3 +316,39 @@ def test_a_recomputation_waits_until_the_gradients_path_needs_it():
     deferred = model.greedy(defer=True)
     assert max(deferred.index(i) for i in products[:-1]) < deferred.index(recompute) < deferred.index(reader)
     assert model.peak(deferred) < model.peak(model.greedy())
+
+
+def test_the_model_claims_no_transposed_copy_written_over_its_source():
+    # codegen/reuse.py never writes a store over a buffer the kernel reads at other addresses (an
+    # attention's permuted copy of a matmul's result); the model must not count it as no memory
+    def fn(x, w, w2):
+        return ((x @ w).view(64, 6, 8).permute(1, 0, 2).contiguous() * 2).view(384, 8) @ w2
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn)(torch.randn(64, 32), torch.randn(32, 48), torch.randn(8, 4))
+    plan = fusion.plan(ir.from_fx(gm))
+    kernels = [s for s in plan.steps if isinstance(s, fusion.Kernel)]
+    shapes = storages.Storages.of(plan)
+    assert kernels and all(schedule._written_over(plan, shapes, k) == {} for k in kernels)
+    source = check(fn, torch.randn(64, 32), torch.randn(32, 48), torch.randn(8, 4))
+    assert reused(source) == {}
+
+
+def test_values_computed_from_computed_ones_stay_tied_by_a_small_shared_input():
+    # RoPE's q and k share cos and sin (small inputs): one kernel, however large, whereas
+    # recomputations from saved values alone are not tied by such an input (a mask every layer reads)
+    def rope_like(x, wq, wk, cos):
+        return (x @ wq) * cos, (x @ wk) * cos
+
+    def recomputed(a, b, mask):
+        return a * 2 * mask, b * 3 * mask
+
+    big = 64 * 32 * 4
+    with config.override(apart_bytes=big):
+        gm = torch.fx.experimental.proxy_tensor.make_fx(rope_like)(
+            torch.randn(64, 16), torch.randn(16, 32), torch.randn(16, 32), torch.randn(32)
+        )
+        assert len(fusion.plan(ir.from_fx(gm)).kernels) == 1
+        gm = torch.fx.experimental.proxy_tensor.make_fx(recomputed)(
+            torch.randn(64, 32), torch.randn(64, 32), torch.randn(32)
+        )
+        assert len(fusion.plan(ir.from_fx(gm)).kernels) == 2
