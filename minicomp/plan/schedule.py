@@ -21,8 +21,8 @@ variants, a large memory freed at once by the few steps that read it last
 needs it (`defer`: H200 training peaks Llama 817 -> 728 MiB, BERT 549 -> 429,
 GPT-2 872 -> 678 with the model's fixes). It keeps the order of the lowest
 modeled peak, the plan's on a tie, as Inductor's `reorder_for_peak_memory`
-compares several orders by their estimated peak. Externs that mutate or draw random numbers keep their order
-among themselves. Then each view extern moves to just before its first reader,
+compares several orders by their estimated peak. Externs that mutate or draw
+random numbers keep their order among themselves. Then each view extern moves to just before its first reader,
 so the Python calls that make views overlap the GPU's work instead of delaying
 the first launch (`_views_late`).
 """
@@ -225,10 +225,12 @@ class _Model:
         more than they allocate and are few (RELEASE_STEPS). The rule above alone is myopic: the
         logits' gradient waits for the weight gradient that reads it, which waits behind the
         kernel that recomputes the activation it reads, a step that only allocates.
-        `defer`: a step that adds bytes and lets no other step run (each of those still waits for
-        something else) comes after every step that does not: a backward's recomputed GELU
-        output waits for the gradient its matmul multiplies it by. Each rule helps some graphs
-        and hurts others; `order` keeps whichever order models the lowest peak."""
+        `defer`: a step off the gradients' path (`floating`: it reads no tangent nor anything
+        computed from one) that adds bytes comes after every step that does not, until running
+        it lets a step of that path run (through at most four steps off it, each waiting for
+        nothing else): a backward's recomputed GELU output waits for the gradient its matmul
+        multiplies it by. Each rule helps some graphs and hurts others; `order` keeps whichever
+        order models the lowest peak."""
         left = Counter(o for t in self.touches for o in t)
         waiting = [len(a) for a in self.after]  # steps each step still waits for
         unblocks: list[list[int]] = [[] for _ in self.steps]
