@@ -42,8 +42,10 @@ def combined(pieces: list[Piece], launcher: str, device) -> tuple[str, list[str]
     name = "_".join(source.name for source, _ in pieces)[:120]
     numels = tuple(source.numel for source, _ in pieces)
     spec = CombinedLaunch(pieces=numels, parts=pieces[0][0].parts)
+    loose = [f"n_elements{i}" for i, (source, _) in enumerate(pieces) if source.numel_param in source.unspecialized]
     text = ENV.get_template("combo.py.j2").render(
         pieces=[source for source, _ in pieces],
+        unspecialized=loose,  # a family's count Triton must not specialize on (families.py)
         calls=[[f"{b}_ptr" for b in source.args] for source, _ in pieces],
         name=name,
         params=[f"{b}_ptr" for b in buffers],

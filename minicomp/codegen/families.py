@@ -24,6 +24,16 @@ otherwise compile a binary per class of each size's value (== 1, a multiple of
 runs as fast (RoPE at S = 2048 after 1024 and 1531, bf16, H200: 131.9 against
 131.8 us specialized).
 
+A family's launches pass their element (or row) count too, which Triton also specializes on
+(== 1, a multiple of 16, neither). The count is `do_not_specialize` as well where that costs no
+compile: once the members' counts fall in two of those classes (that member needs a binary of its
+own anyway), or where the member's text is new to Triton anyway (the family's template, or a
+family a probe started) and its counts share no factor of 16 (Llama's 4 * S norm rows at S = 1023
+and its probe 1007). That text then serves every later class (S = 1016, 1008), where each class
+would have compiled a binary. A count of one class whose members keep the first member's text
+keeps its binary, and a count that carries a factor of 16 (B * S * 2048) keeps Triton's
+divisibility: the masked loads of a pointwise kernel stay 16-byte vectors.
+
 The same function traced again (Dynamo's dynamic graph after its static one) names
 its values anew (`add_6` for `add`): its kernels are then compared up to the names
 of their locals too (parameters and the temporaries their lines assign: `alpha_key`,
@@ -42,6 +52,7 @@ belong to whoever compiles: each `minicomp.jit` function has its own
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field, replace
 
@@ -50,6 +61,7 @@ from minicomp.codegen import alike
 from minicomp.codegen.assigned import Outside
 from minicomp.codegen.kernel import KernelSource
 from minicomp.lowering.indexing import SIZE, resolve_sizes
+from minicomp.runtime.records import int_class
 
 
 def size_spans(text: str) -> list[tuple[int, int]]:
@@ -68,6 +80,19 @@ class Family:
     seen: list[tuple[int, ...]] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
     probed: bool = False  # its first member was written at a probe size, never compiled
+    counts: set[int] = field(default_factory=set)  # its members' element (or row) counts
+
+    def loose_count(self, source: KernelSource, new_text: bool) -> list[str]:
+        """[the count's parameter] where Triton must not specialize on it, else []: the members'
+        counts fall in two classes, or the member's text is `new_text` to Triton (not the first
+        member's, which a binary already serves) and the counts share no factor of 16."""
+        self.counts.add(source.numel)
+        if source.numel_param is None or len(self.counts) < 2:
+            return []
+        classes = {int_class(n) for n in self.counts}
+        if len(classes) > 1 or (new_text and math.gcd(*self.counts) % 16):
+            return [source.numel_param]
+        return []
 
     def values(self, literals: tuple[int, ...]) -> list[int] | None:
         """The runtime sizes that make the template read as `literals`, or None if it cannot."""
@@ -152,11 +177,12 @@ class Families:
                 family = Family(literals, between, list(source.params), source.renamable, probed=probe)
                 self._families[_exact(source, between)] = family
             if literals == family.first and not (family.probed and family.groups):
-                # the first member keeps its constants (and its names)
+                # the first member keeps its constants (and its names); a probe's was never compiled
+                loose = family.loose_count(source, new_text=family.probed)
                 if between == family.between and source.params == family.params:
-                    return resolved(source)
+                    return _loosened(resolved(source), loose)
                 text = "".join(p for pair in zip(family.between, [*map(str, literals), ""]) for p in pair)
-                return replace(source, params=family.params, body=text.split("\n"))
+                return _loosened(replace(source, params=family.params, body=text.split("\n")), loose)
             values = family.values(literals)
             if values is None:
                 family.widen(literals)
@@ -167,13 +193,14 @@ class Families:
                     sum(map(len, family.groups)),
                 )
             groups = family.groups
+            loose = family.loose_count(source, new_text=True)  # the template: compiled once for all
         names = [f"s{i}" for i in range(len(groups))]
         name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
         pieces = [family.between[0]]
         for p, literal in enumerate(literals):
             pieces += [name_at.get(p, str(literal)), family.between[p + 1]]
         sizes = ", ".join(f"{n} = {v}" for n, v in zip(names, values))
-        return replace(
+        member = replace(
             source,
             params=family.params,
             body="".join(pieces).split("\n"),
@@ -182,6 +209,15 @@ class Families:
             unspecialized=names,  # one binary for every value: Triton would compile one per class
             header=source.header + [f"  runtime sizes: {sizes} (a kernel family, codegen/families.py)"],
         )
+        return _loosened(member, loose)
+
+
+def _loosened(source: KernelSource, loose: list[str]) -> KernelSource:
+    """`source` with its count (`loose`: [its parameter] or []) not specialized on either."""
+    if not loose:
+        return source
+    note = f"  {loose[0]}: not specialized (a kernel family's counts, codegen/families.py)"
+    return replace(source, unspecialized=source.unspecialized + loose, header=source.header + [note])
 
 
 def alpha_key(params: list[str], between: list[str]) -> str | None:

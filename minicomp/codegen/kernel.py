@@ -40,6 +40,7 @@ class KernelSource:
     kind: ClassVar[str]  # the kernel kind, as KernelCall reports it
     template: ClassVar[str]  # its template in templates/
     renamable: ClassVar[bool] = True  # its text may serve a family member that names its locals otherwise
+    numel_param: ClassVar[str | None] = None  # the template's parameter for `numel` (families.py may unspecialize it)
 
     kernel: Kernel
     name: str

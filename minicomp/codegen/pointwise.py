@@ -41,6 +41,7 @@ class PointwiseSource(KernelSource):
 
     kind: ClassVar[str] = "pointwise"
     template: ClassVar[str] = "pointwise.py.j2"
+    numel_param: ClassVar[str] = "n_elements"
 
     parts: int = 1  # elements written per offset (codegen/parts.py)
     planes: int = 0  # planes walked `group` side by side (codegen/plane_order.py), else 0

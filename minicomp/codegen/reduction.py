@@ -60,6 +60,7 @@ class ReductionSource(KernelSource):
 
     kind: ClassVar[str] = "reduction"
     template: ClassVar[str] = "reduction.py.j2"
+    numel_param: ClassVar[str] = "n_rows"
 
     rblock: int  # RBLOCK: the elements of a row each program holds
     extent: int  # the row length: elements each row reduces

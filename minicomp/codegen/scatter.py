@@ -41,6 +41,7 @@ class ScatterSource(KernelSource):
 
     kind: ClassVar[str] = "scatter"
     template: ClassVar[str] = "scatter.py.j2"
+    numel_param: ClassVar[str] = "n_elements"
 
     def launch_spec(self) -> ScatterLaunch:
         return ScatterLaunch(numel=self.numel)

@@ -129,8 +129,44 @@ def test_runtime_sizes_are_not_specialized(device):
         torch.testing.assert_close(fn(x, y), x * 2 + y)
         sources.append(fn.source(x, y))
     assert "do_not_specialize" not in sources[0]  # the first member keeps its constants
-    assert "@triton.jit(do_not_specialize=['s0'])" in sources[1]
+    # the counts 128 and 132 are of two classes: n_elements is not specialized either
+    assert "@triton.jit(do_not_specialize=['s0', 'n_elements'])" in sources[1]
     assert kernel_text(sources[1]) == kernel_text(sources[2])  # and serves the later width
+
+
+@pytest.mark.parametrize("rows", [(32, 33, 48, 7), (5, 16, 7, 64)])
+def test_a_count_of_changing_class_is_not_specialized_from_then_on(rows, device):
+    """A family's element or row count is `do_not_specialize` once its members' counts fall in two
+    of Triton's classes (a multiple of 16, == 1, neither): the text made then serves every later
+    class, where each would have been a binary of its own (issue #42: Llama's norm rows 4 * S at
+    S = 1016 and 1008 after 1024 and 1023). Rows of a norm; elements of a contiguous pointwise
+    kernel, whose text holds no size at all."""
+    norm = minicomp.jit(lambda x: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6))
+    scale = minicomp.jit(lambda x: x * 2 + 1)
+    texts = []
+    for n in rows:
+        x, v = torch.randn(n, 64, device=device), torch.randn(n, device=device)
+        torch.testing.assert_close(norm(x), x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6))
+        torch.testing.assert_close(scale(v), v * 2 + 1)
+        texts.append(["".join(kernel_text(fn.source(a))) for fn, a in ((norm, x), (scale, v))])
+    for kernel in range(2):
+        first, second, *later = (t[kernel] for t in texts)
+        assert "do_not_specialize" not in first  # a first member keeps its constants
+        assert "'n_rows']" in second or "'n_elements']" in second
+        assert all(text == second for text in later)  # one text (one binary) for every later class
+
+
+def test_a_count_of_one_class_keeps_the_first_members_text(device):
+    """Counts that stay in one class (rows 9-12; B * S * 64 elements) keep the first member's text
+    and its binary: Triton's divisibility stays, so a pointwise kernel's masked loads stay 16-byte
+    vectors where every count is a multiple of 16."""
+    fn = minicomp.jit(lambda x: x * 2 + 1)
+    texts = []
+    for rows in (33, 34, 35):
+        x = torch.randn(rows, 64, device=device)
+        torch.testing.assert_close(fn(x), x * 2 + 1)
+        texts.append("".join(kernel_text(fn.source(x))))
+    assert "do_not_specialize" not in texts[0] and texts[0] == texts[1] == texts[2]
 
 
 def test_records_of_an_unspecialized_argument_key_its_type_alone():
@@ -209,6 +245,29 @@ def test_a_member_named_otherwise_is_served_its_familys_text():
     assert swapped.body == first.body
     other = fams.generalize(member("a", "b", "out", "add", op="*"))
     assert other.body != first.body
+
+
+@pytest.mark.parametrize("width, loose", [(1, True), (2048, False)])
+def test_a_probed_familys_count_is_loosened_at_its_first_compiled_member(width, loose):
+    """A family a probe size started (a dynamic graph's, capture/specialize.py) compiles its first
+    real member's text anyway: where the counts share no factor of 16 (Llama's 4 * S norm rows at
+    the probe S = 1007 and S = 1023) that text leaves the count unspecialized, so S = 1016 and 1008
+    reuse it; counts of 4 * S * 2048 elements keep their divisibility."""
+    from minicomp.codegen.reduction import ReductionSource
+
+    def member(rows):
+        return ReductionSource(
+            kernel=None, name="mc_norm_0", params=["x_ptr", "out_ptr"], args=[], numel=rows * width, header=[],
+            body=["x = tl.load(x_ptr + «2048»*xindex + rindex, mask=xmask)",
+                  "tl.store(out_ptr + xindex, x, mask=xmask)"],
+            wide_index=False, rblock=2048, extent=2048,
+        )  # fmt: skip
+
+    fams = families.Families()
+    fams.generalize(member(4 * 1007), probe=True)
+    texts = [fams.generalize(member(4 * s)) for s in (1023, 1016, 1008, 1)]
+    assert all(t.unspecialized == texts[0].unspecialized and t.body == texts[0].body for t in texts)
+    assert texts[0].unspecialized == (["n_rows"] if loose else [])
 
 
 def test_a_kernel_no_family_blanks_alike_is_looked_up_without_a_parse(monkeypatch):
