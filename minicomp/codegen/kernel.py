@@ -124,8 +124,8 @@ class KernelWriter:
     def index_text(self, expr: Expr) -> str:
         return expr.render(self.atom_name)
 
-    def address(self, expr: Expr) -> str:
-        return self.space.collapse(expr).render(self.atom_name)
+    def address(self, expr: Expr, apart: frozenset[int] = frozenset()) -> str:
+        return self.space.collapse(expr, apart).render(self.atom_name)
 
     def mask_text(self, mask: tuple[str, ...]) -> str:
         return " & ".join((self.root_mask,) + mask)

@@ -29,7 +29,7 @@ from minicomp.codegen import plane_order
 from minicomp.codegen.kernel import KernelSource, KernelWriter, needs_wide_index, out_pointers, paren
 from minicomp.ir import dtypes
 from minicomp.lowering import ops
-from minicomp.lowering.indexing import Expr, IterationSpace, const, size
+from minicomp.lowering.indexing import Expr, IterationSpace, Var, const, size
 from minicomp.lowering.layout import extent
 from minicomp.plan.fusion import Kernel, Plan
 from minicomp.runtime.launch_spec import PointwiseLaunch
@@ -174,6 +174,7 @@ class PointwiseWriter(KernelWriter):
         """(the store lines, part by part as the values were written; each output's store offsets)."""
         store_offsets: dict[str, list[Expr]] = {}
         codes: dict[str, list[str]] = {}
+        apart: dict[str, frozenset[int]] = {}  # its last dim's variables, for a row-bounded value (Plan.row_bounded)
         for part in range(self.parts.count if self.parts else 1):
             root = self.root_index(part)
             if self.parts is not None:
@@ -184,7 +185,12 @@ class PointwiseWriter(KernelWriter):
                     offset = offset + e * stride
                 store_offsets.setdefault(name, []).append(offset)
                 codes.setdefault(name, []).append(ops.cast(self.value(name, root), self.graph[name].meta.dtype))
-        by_output = [self._stores(out, store_offsets[name], codes[name]) for name, out in outs.items()]
+                if name in self.plan.row_bounded and root:
+                    apart[name] = frozenset(a.dim for a, _ in root[-1].terms if isinstance(a, Var))
+        by_output = [
+            self._stores(out, store_offsets[name], codes[name], apart.get(name, frozenset()))
+            for name, out in outs.items()
+        ]
         count = len(codes[self.kernel.stores[0]])
         stores = []
         for part in range(count):
@@ -236,17 +242,19 @@ class PointwiseWriter(KernelWriter):
             spans[name] = extent(meta.shape, self.plan.strides.get(name, meta.stride)) * meta.dtype.itemsize
         return spans
 
-    def _stores(self, out: str, offsets: list[Expr], codes: list[str]) -> list[str]:
+    def _stores(self, out: str, offsets: list[Expr], codes: list[str], apart: frozenset[int]) -> list[str]:
         """The stores of one output, a value a part: the two parts' values joined into one store
-        where they are the elements of pairs (`pair_start`)."""
+        where they are the elements of pairs (`pair_start`); the variables `apart` join no run of
+        the index (IterationSpace.collapse)."""
         starts = {self.pair_start(o) for o in offsets}
-        if len(offsets) == 2 and len(starts) == 1 and None not in starts and offsets[1] - offsets[0] == const(1):
+        paired = len(offsets) == 2 and len(starts) == 1 and None not in starts
+        if not apart and paired and offsets[1] - offsets[0] == const(1):
             joined = f"tl.reshape(tl.join({codes[0]}, {codes[1]}), [2 * BLOCK_SIZE])"
             self.uses_pairs = True
             return [f"tl.store({out} + {_pairs_at(starts.pop())}, {joined}, mask=pair_mask)"]
         stores = []
         for offset, code in zip(offsets, codes):
-            address = "offsets" if offset.is_const else paren(self.address(offset))  # const: numel 1
+            address = "offsets" if offset.is_const else paren(self.address(offset, apart))  # const: numel 1
             stores.append(f"tl.store({out} + {address}, {code}, mask=mask)")
         return stores
 

@@ -285,12 +285,16 @@ class IterationSpace:
             return text
         return f"{text} % {size(var.size)}" if pitch == 1 else f"({text}) % {size(var.size)}"
 
-    def collapse(self, expr: Expr) -> Expr:
+    def collapse(self, expr: Expr, apart: frozenset[int] = frozenset()) -> Expr:
         """Rewrite each run of adjacent variables whose coefficients are c * P_j / P_i
         (i the run's innermost dim) as c * Flat(P_i): a tensor laid out like the space
         over those dims. The innermost run of a contiguous tensor is `offsets` itself,
-        which Triton vectorizes; a lone variable reads better as itself and is kept."""
-        coeff = {a.dim - self.first: c for a, c in expr.terms if isinstance(a, Var) and self.owns(a)}
+        which Triton vectorizes; a lone variable reads better as itself and is kept.
+        Variables of `apart` (their `Var.dim`) join no run: a layout padded at some sizes
+        and not at others reads alike at all of them."""
+        coeff = {
+            a.dim - self.first: c for a, c in expr.terms if isinstance(a, Var) and self.owns(a) and a.dim not in apart
+        }
         live = [d for d, s in enumerate(self.shape) if s > 1]
         runs: list[list[int]] = []
         for d in reversed(live):  # innermost first

@@ -117,7 +117,7 @@ def plan(
         by_stage.setdefault(k.stage, []).append(k)
     steps: list[Kernel | Extern] = [step for s in sorted(by_stage) for step in by_stage[s]]
     strides = {name: output_strides(graph[name].meta) for k in kernels for name in k.stores}
-    _aligned_masks(graph, steps, strides)
+    bounded = _aligned_masks(graph, steps, strides)
     refusals = _refusals(graph, kernels, kinds, reasons) + boundaries
     made = Plan(
         graph,
@@ -129,6 +129,7 @@ def plan(
         strides,
         space,
         rounded=recompute.rounded(graph, written | recompute.compared(graph, saved, recomputed) | rounded),
+        row_bounded=bounded,
     )
     made = matmul.templated(made, _filled)  # matmuls as Triton templates with their epilogues (plan/matmul.py)
     alone = {n for k in made.kernels if k.stores and set(k.stores) <= written for n in k.stores}
@@ -140,13 +141,16 @@ def plan(
 _CUT = "cut by the caller: the kernel that fused them could not be written"
 
 
-def _aligned_masks(graph: Graph, steps: list, strides: dict[str, tuple[int, ...]]) -> None:
+def _aligned_masks(graph: Graph, steps: list, strides: dict[str, tuple[int, ...]]) -> frozenset[str]:
     """An attention mask a kernel writes for SDPA is allocated the way SDPA's kernels need it
     (layout.mask_strides: rows padded to 8 elements), unless the graph returns it (a caller, a
     backward, reads its strides) or another ATen call reads it: the wrapper copies such a mask on a
-    GPU, and any other (codegen/module.py)."""
+    GPU, and any other (codegen/module.py). Returns the masks so laid out: their stores keep the
+    row apart in the index (`Plan.row_bounded`), so that a length whose rows need no padding (S a
+    multiple of 8) writes the text of the others, a kernel family's one text (issue #42)."""
     outputs = {o for o in graph.outputs if isinstance(o, str)}
     externs = {step.node for step in steps if isinstance(step, Extern)}
+    bounded = set()
     for step in steps:
         mask = attention_mask(graph[step.node]) if isinstance(step, Extern) else None
         if mask not in strides or mask in outputs:
@@ -155,6 +159,8 @@ def _aligned_masks(graph: Graph, steps: list, strides: dict[str, tuple[int, ...]
         if all(u not in externs or attention_mask(graph[u]) == mask for u in graph.users(mask)):
             padded = mask_strides(graph[mask].meta.shape, strides[mask])
             strides[mask] = padded or strides[mask]
+            bounded.add(mask)
+    return frozenset(bounded)
 
 
 def _kernels(graph: Graph, kinds, stage, space, materialized) -> list[Kernel]:

@@ -207,6 +207,9 @@ class Plan:
     donated: frozenset[str] = frozenset()  # inputs whose memory the call may take over once they die
     results_over_donated: bool = False  # whether a result may be written there too (codegen/reuse.py)
     rounded: frozenset[str] = frozenset()  # 16-bit values rounded wherever computed (plan/recompute.py)
+    # values whose store keeps its last dim apart in the index (an SDPA mask, its rows padded to 8 at
+    # some lengths and not at others: one kernel text at every length, fusion._aligned_masks)
+    row_bounded: frozenset[str] = frozenset()
 
     @property
     def kernels(self) -> list[Kernel]:

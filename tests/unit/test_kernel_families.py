@@ -370,3 +370,28 @@ def test_a_grouped_weight_gradient_joins_its_family(device):
         texts.append([k for k in kernel_text(fn.source(x, w)) if "xstart" in k])
     assert len(texts[1]) == 1 and "xstart = pid * s" in texts[1][0]  # the rows a program takes: a size
     assert all(t == texts[1] for t in texts[2:])
+
+
+def _causal_attention(q, k, v):
+    """SDPA under a [1, 1, L, L] additive causal mask a kernel writes (rows padded to 8 for SDPA)."""
+    i = torch.arange(q.shape[-2], device=q.device)
+    mask = torch.where(i[None, None, None, :] <= i[None, None, :, None], 0.0, float("-inf"))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_an_sdpa_mask_is_one_text_whether_or_not_its_rows_are_padded(device):
+    """An attention mask a kernel writes for SDPA has its rows padded to 8 elements (plan/fusion.py
+    `_aligned_masks`) where the length is not a multiple of 8, and none where it is: its store keeps
+    the row apart in the index at every length (`Plan.row_bounded`), so a multiple of 8 is served
+    the family's text instead of a new skeleton whose index collapsed to `offsets` (issue #42: a
+    Triton compile at S = 1016 and another at 1008 in Llama's inference)."""
+    fn = minicomp.jit(_causal_attention)
+    texts = []
+    for length in (13, 21, 16, 24, 19):  # rows padded to 16, 24, none, none, 24
+        g = torch.Generator().manual_seed(length)
+        q, k, v = (torch.randn(1, 2, length, 8, generator=g).to(device) for _ in range(3))
+        with torch.no_grad():
+            torch.testing.assert_close(fn(q, k, v), _causal_attention(q, k, v))
+            texts.append(next(t for t in kernel_text(fn.source(q, k, v)) if "where" in t))
+    assert all(t == texts[1] for t in texts[2:])  # the family's template at 16 and 24 too
+    assert "tl.store(out_ptr + offsets," not in texts[2]
