@@ -93,6 +93,9 @@ def _import(source: str, path: Path, interpret: bool) -> types.ModuleType:
 
 
 def forget_loaded() -> None:
-    """Drop the modules this process loaded (tests: the next load imports from disk)."""
+    """Drop the modules and binaries this process loaded (tests: the next load imports from disk)."""
+    from minicomp.runtime import records
+
     with _lock:
         _loaded.clear()
+    records.forget_restored()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import types
 
 import torch
@@ -24,6 +25,18 @@ from minicomp import logs
 from minicomp.runtime import cache
 from minicomp.runtime.launch_configs import valid_config
 from minicomp.runtime.size_classes import bucket
+
+# (a binary record's path, device index) -> (its kernel as loaded, the pointers it assumed aligned): a
+# later module of this process with the same kernel text (a new sequence length's, issue #42) binds it
+# without reading the record and loading the binary onto the GPU again
+_RESTORED: dict[tuple[str, int], tuple[object, frozenset[int]]] = {}
+_RESTORED_LOCK = threading.Lock()
+
+
+def forget_restored() -> None:
+    """Drop the binaries this process loaded (tests: the next first call reads its record)."""
+    with _RESTORED_LOCK:
+        _RESTORED.clear()
 
 
 class Records:
@@ -51,9 +64,17 @@ class Records:
             cache.write_record(path, record)
         except (AttributeError, TypeError, ValueError, OSError) as err:  # not restorable: the JIT path stays
             logs.cache.info("%s: compiled kernel not remembered (%s)", self.name, err)
+            return
+        with _RESTORED_LOCK:
+            _RESTORED[(str(path), self.device.index or 0)] = (compiled, frozenset(aligned))
 
     def restore(self, path, aligned: set[int]):
-        """The compiled kernel of an earlier process, or None (then Triton's JIT compiles or loads it)."""
+        """The compiled kernel of an earlier module of this process or of an earlier process, or None
+        (then Triton's JIT compiles or loads it)."""
+        with _RESTORED_LOCK:
+            loaded = _RESTORED.get((str(path), self.device.index or 0))
+        if loaded is not None and loaded[1] <= aligned:
+            return loaded[0]
         try:
             record = cache.read_record(path)  # checksummed: a changed record is a miss
             if record is None:
@@ -72,6 +93,8 @@ class Records:
             logs.cache.info("%s: remembered kernel not usable (%s: %s)", self.name, type(err).__name__, err)
             return None
         logs.cache.info("%s: compiled kernel loaded from %s", self.name, path)
+        with _RESTORED_LOCK:
+            _RESTORED[(str(path), self.device.index or 0)] = (compiled, frozenset(record["aligned"]))
         return compiled
 
     # -- tuning -------------------------------------------------------------------

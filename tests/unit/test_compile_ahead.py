@@ -249,3 +249,25 @@ def test_a_remembered_choice_that_is_no_candidate_of_this_size_is_timed_again(gp
         again = launch.Launch(StandInKernel(), PointwiseLaunch(numel=4000), device="cuda:0")
         assert again.configs() == [(256, 4), (512, 4)]
         assert again.choose([]) == (512, 4) and timed[-2:] == [(256, 4), (512, 4)]
+
+
+def test_a_binary_loaded_once_serves_a_later_module_without_its_record(gpu_less, monkeypatch):
+    """A new sequence length's module launches the kernel texts of the last one (a kernel family,
+    codegen/families.py): its first calls bind the binaries this process already loaded, without
+    reading their records or loading them onto the GPU again (issue #42: 30-40 ms of a Llama's
+    0.25-0.33 s at a new length). A call whose pointers are not all aligned as the binary assumed
+    is not served it."""
+    first = launch.Launch(StandInKernel(), PointwiseLaunch(numel=1 << 10), device="cuda:0")
+    path = first.records.binary_path((1024, 4), ["torch.float32", "int any i32"])
+    binary = StandInBinary()
+    first.records.remember(binary, path, {0})
+    again = launch.Launch(StandInKernel(), PointwiseLaunch(numel=1 << 10), device="cuda:0")
+    try:
+        monkeypatch.setattr(records.cache, "read_record", lambda p: pytest.fail(f"read {p}"))
+        assert again.records.restore(path, {0, 1}) is binary
+        monkeypatch.setattr(records.cache, "read_record", lambda p: None)  # (no record on disk)
+        assert again.records.restore(path, set()) is None  # pointer 0 not aligned here
+        records.forget_restored()
+        assert again.records.restore(path, {0}) is None
+    finally:
+        records.forget_restored()
