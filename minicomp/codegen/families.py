@@ -25,14 +25,14 @@ runs as fast (RoPE at S = 2048 after 1024 and 1531, bf16, H200: 131.9 against
 131.8 us specialized).
 
 A family's launches pass their element (or row) count too, which Triton also specializes on
-(== 1, a multiple of 16, neither). The count is `do_not_specialize` as well where that costs no
-compile: once the members' counts fall in two of those classes (that member needs a binary of its
-own anyway), or where the member's text is new to Triton anyway (the family's template, or a
-family a probe started) and its counts share no factor of 16 (Llama's 4 * S norm rows at S = 1023
-and its probe 1007). That text then serves every later class (S = 1016, 1008), where each class
-would have compiled a binary. A count of one class whose members keep the first member's text
-keeps its binary, and a count that carries a factor of 16 (B * S * 2048) keeps Triton's
-divisibility: the masked loads of a pointwise kernel stay 16-byte vectors.
+(== 1, a multiple of 16, neither). Its binaries are per text (the first member's, the template's):
+a member whose count's class a binary of its text already serves keeps that text. Where a member
+would compile anyway (no binary of its text serves its class), the count is `do_not_specialize`
+when that text has served another class, the family's counts fall in two classes, or they share
+no factor of 16 (Llama's 4 * S norm rows at S = 1023 and at its probe 1007); that text is then the
+loosened one for every later member, and serves every class (S = 1016, 1008) where each would
+have compiled a binary. A count that carries a factor of 16 throughout (B * S * 2048 elements)
+stays specialized: a pointwise kernel's masked loads keep their 16-byte vectors.
 
 The same function traced again (Dynamo's dynamic graph after its static one) names
 its values anew (`add_6` for `add`): its kernels are then compared up to the names
@@ -81,17 +81,34 @@ class Family:
     groups: list[list[int]] = field(default_factory=list)
     probed: bool = False  # its first member was written at a probe size, never compiled
     counts: set[int] = field(default_factory=set)  # its members' element (or row) counts
+    # a text (None: the first member's; else the template's groups) -> the count classes its
+    # specialized form was compiled for; and the texts whose count is loosened (loose_count)
+    served: dict[tuple | None, set[str]] = field(default_factory=dict)
+    loose: set[tuple | None] = field(default_factory=set)
 
-    def loose_count(self, source: KernelSource, new_text: bool) -> list[str]:
-        """[the count's parameter] where Triton must not specialize on it, else []: the members'
-        counts fall in two classes, or the member's text is `new_text` to Triton (not the first
-        member's, which a binary already serves) and the counts share no factor of 16."""
+    def loose_count(self, source: KernelSource, text: tuple | None, probe: bool) -> list[str]:
+        """[the count's parameter] where Triton must not specialize on it, else []. Binaries are
+        per text: `text` names the one this member is served (None: the first member's; else the
+        template's groups). The count is loosened where no binary of that text serves its class
+        (a compile either way): where the text is loosened already, where its specialized form
+        served another class, or where it is new to Triton and the counts share no factor of 16
+        or fall in two classes. A probe (never compiled) records nothing."""
         self.counts.add(source.numel)
-        if source.numel_param is None or len(self.counts) < 2:
+        if source.numel_param is None:
+            return []
+        served = self.served.setdefault(text, set())
+        if text in self.loose:
+            return [source.numel_param]
+        cls = int_class(source.numel)
+        if cls in served:
             return []
         classes = {int_class(n) for n in self.counts}
-        if len(classes) > 1 or (new_text and math.gcd(*self.counts) % 16):
+        if served or len(classes) > 1 or (len(self.counts) > 1 and math.gcd(*self.counts) % 16):
+            if not probe:
+                self.loose.add(text)
             return [source.numel_param]
+        if not probe:
+            served.add(cls)
         return []
 
     def values(self, literals: tuple[int, ...]) -> list[int] | None:
@@ -178,7 +195,7 @@ class Families:
                 self._families[_exact(source, between)] = family
             if literals == family.first and not (family.probed and family.groups):
                 # the first member keeps its constants (and its names); a probe's was never compiled
-                loose = family.loose_count(source, new_text=family.probed)
+                loose = family.loose_count(source, None, probe)
                 if between == family.between and source.params == family.params:
                     return _loosened(resolved(source), loose)
                 text = "".join(p for pair in zip(family.between, [*map(str, literals), ""]) for p in pair)
@@ -193,7 +210,7 @@ class Families:
                     sum(map(len, family.groups)),
                 )
             groups = family.groups
-            loose = family.loose_count(source, new_text=True)  # the template: compiled once for all
+            loose = family.loose_count(source, tuple(map(tuple, family.groups)), probe)
         names = [f"s{i}" for i in range(len(groups))]
         name_at = {p: names[i] for i, group in enumerate(groups) for p in group}
         pieces = [family.between[0]]

@@ -247,6 +247,28 @@ def test_a_member_named_otherwise_is_served_its_familys_text():
     assert other.body != first.body
 
 
+@pytest.mark.parametrize(
+    "sizes, same",
+    [
+        ([(2, 8), (2, 9), (4, 8)], ((2, 8), (4, 8))),  # the first text keeps its class's binary
+        ([(2, 8), (2, 16), (3, 8), (2, 24)], ((2, 16), (2, 24))),  # and so does the template
+    ],
+)
+def test_a_member_whose_class_its_text_has_compiled_keeps_that_text(sizes, same):
+    """Binaries are per text (the first member's, the template's): a member served a text at a
+    count class that text was compiled for keeps it (its binary), whatever classes members of the
+    family's other text brought. x[B, S, 3] + y[S, 3]: y's index holds 3 * S (the template's
+    size), the count is B * S * 3 (48, 54, 96; 48, 96, 72, 144). A review's finding: the count was
+    loosened family-wide, a compile where the binary existed."""
+    fn = minicomp.jit(lambda x, y: x + y)
+    texts = {}
+    for b, s in sizes:
+        x, y = torch.randn(b, s, 3), torch.randn(s, 3)
+        torch.testing.assert_close(fn(x, y), x + y)
+        texts[b, s] = kernel_text(fn.source(x, y))
+    assert texts[same[0]] == texts[same[1]]
+
+
 @pytest.mark.parametrize("width, loose", [(1, True), (2048, False)])
 def test_a_probed_familys_count_is_loosened_at_its_first_compiled_member(width, loose):
     """A family a probe size started (a dynamic graph's, capture/specialize.py) compiles its first
