@@ -12,21 +12,7 @@ CUDA events, the least of 5 runs, and each variant's W and h gradients against t
 
 import torch
 
-N, D, V = 8192, 4096, 128256
-
-
-def best_ms(fn, reps=5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end))
-    return best
+from benchmarks.scripts.loss_matmuls import D, N, V, best_ms
 
 
 def whole(h, W, dh, dW):
