@@ -26,13 +26,13 @@ runs as fast (RoPE at S = 2048 after 1024 and 1531, bf16, H200: 131.9 against
 
 A family's launches pass their element (or row) count too, which Triton also specializes on
 (== 1, a multiple of 16, neither). Its binaries are per text (the first member's, the template's):
-a member whose count's class a binary of its text already serves keeps that text. Where a member
-would compile anyway (no binary of its text serves its class), the count is `do_not_specialize`
-when that text has served another class, the family's counts fall in two classes, or they share
-no factor of 16 (Llama's 4 * S norm rows at S = 1023 and at its probe 1007); that text is then the
-loosened one for every later member, and serves every class (S = 1016, 1008) where each would
-have compiled a binary. A count that carries a factor of 16 throughout (B * S * 2048 elements)
-stays specialized: a pointwise kernel's masked loads keep their 16-byte vectors.
+a member whose count's class a specialized binary of its text already serves keeps that text.
+Where a member would compile anyway, the count is `do_not_specialize` when that text has served
+another class, the family's counts fall in two classes, or they share no factor of 16 (Llama's
+4 * S norm rows at S = 1023 and at its probe 1007); that loosened text then serves every class no
+specialized binary serves (S = 1016, 1008), where each would have compiled a binary. A count that
+carries a factor of 16 throughout (B * S * 2048 elements) stays specialized: a pointwise kernel's
+masked loads keep their 16-byte vectors.
 
 The same function traced again (Dynamo's dynamic graph after its static one) names
 its values anew (`add_6` for `add`): its kernels are then compared up to the names
@@ -89,19 +89,19 @@ class Family:
     def loose_count(self, source: KernelSource, text: tuple | None, probe: bool) -> list[str]:
         """[the count's parameter] where Triton must not specialize on it, else []. Binaries are
         per text: `text` names the one this member is served (None: the first member's; else the
-        template's groups). The count is loosened where no binary of that text serves its class
-        (a compile either way): where the text is loosened already, where its specialized form
-        served another class, or where it is new to Triton and the counts share no factor of 16
-        or fall in two classes. A probe (never compiled) records nothing."""
+        template's groups). A member whose class the text's specialized form was compiled for
+        keeps that form. Else (a compile either way) the count is loosened: where the text is
+        loosened already, where its specialized form served another class, or where the counts
+        share no factor of 16 or fall in two classes. A probe (never compiled) records nothing."""
         self.counts.add(source.numel)
         if source.numel_param is None:
             return []
         served = self.served.setdefault(text, set())
+        cls = int_class(source.numel)
+        if cls in served:  # its specialized binary exists (and keeps Triton's divisibility)
+            return []
         if text in self.loose:
             return [source.numel_param]
-        cls = int_class(source.numel)
-        if cls in served:
-            return []
         classes = {int_class(n) for n in self.counts}
         if served or len(classes) > 1 or (len(self.counts) > 1 and math.gcd(*self.counts) % 16):
             if not probe:
