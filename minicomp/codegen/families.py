@@ -80,7 +80,11 @@ class Family:
     seen: list[tuple[int, ...]] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
     probed: bool = False  # its first member was written at a probe size, never compiled
-    counts: set[int] = field(default_factory=set)  # its members' element (or row) counts
+    # its members' element (or row) counts, kept as what loose_count asks of them (O(1) a member)
+    first_count: int | None = None
+    counts_vary: bool = False
+    counts_gcd: int = 0
+    count_classes: set[str] = field(default_factory=set)
     # a text (None: the first member's; else the template's groups) -> the count classes its
     # specialized form was compiled for; and the texts whose count is loosened (loose_count)
     served: dict[tuple | None, set[str]] = field(default_factory=dict)
@@ -93,17 +97,19 @@ class Family:
         keeps that form. Else (a compile either way) the count is loosened: where the text is
         loosened already, where its specialized form served another class, or where the counts
         share no factor of 16 or fall in two classes. A probe (never compiled) records nothing."""
-        self.counts.add(source.numel)
+        n, cls = source.numel, int_class(source.numel)
+        self.first_count = n if self.first_count is None else self.first_count
+        self.counts_vary |= n != self.first_count
+        self.counts_gcd = math.gcd(self.counts_gcd, n)
+        self.count_classes.add(cls)
         if source.numel_param is None:
             return []
         served = self.served.setdefault(text, set())
-        cls = int_class(source.numel)
         if cls in served:  # its specialized binary exists (and keeps Triton's divisibility)
             return []
         if text in self.loose:
             return [source.numel_param]
-        classes = {int_class(n) for n in self.counts}
-        if served or len(classes) > 1 or (len(self.counts) > 1 and math.gcd(*self.counts) % 16):
+        if served or len(self.count_classes) > 1 or (self.counts_vary and self.counts_gcd % 16):
             if not probe:
                 self.loose.add(text)
             return [source.numel_param]
