@@ -159,9 +159,9 @@ def test_a_count_of_changing_class_is_not_specialized_from_then_on(rows, device)
 
 
 def test_a_count_of_one_class_keeps_the_first_members_text(device):
-    """Counts that stay in one class (rows 9-12; B * S * 64 elements) keep the first member's text
-    and its binary: Triton's divisibility stays, so a pointwise kernel's masked loads stay 16-byte
-    vectors where every count is a multiple of 16."""
+    """Counts that stay in one class (33-35 rows of 64 elements: multiples of 16) keep the first
+    member's text and its binary: Triton's divisibility stays, so a pointwise kernel's masked loads
+    stay 16-byte vectors."""
     fn = minicomp.jit(lambda x: x * 2 + 1)
     texts = []
     for rows in (33, 34, 35):
@@ -271,17 +271,17 @@ def test_a_member_whose_class_its_text_has_compiled_keeps_that_text(sizes, same)
     assert texts[same[0]] == texts[same[1]]
 
 
-@pytest.mark.parametrize("width, loose", [(1, True), (2048, False)])
-def test_a_probed_familys_count_is_loosened_at_its_first_compiled_member(width, loose):
+@pytest.mark.parametrize("factor, loose", [(1, True), (2048, False)])
+def test_a_probed_familys_count_is_loosened_at_its_first_compiled_member(factor, loose):
     """A family a probe size started (a dynamic graph's, capture/specialize.py) compiles its first
     real member's text anyway: where the counts share no factor of 16 (Llama's 4 * S norm rows at
     the probe S = 1007 and S = 1023) that text leaves the count unspecialized, so S = 1016 and 1008
-    reuse it; counts of 4 * S * 2048 elements keep their divisibility."""
+    reuse it; counts that carry a factor of 2048 (4 * S * 2048) keep their divisibility."""
     from minicomp.codegen.reduction import ReductionSource
 
     def member(rows):
         return ReductionSource(
-            kernel=None, name="mc_norm_0", params=["x_ptr", "out_ptr"], args=[], numel=rows * width, header=[],
+            kernel=None, name="mc_norm_0", params=["x_ptr", "out_ptr"], args=[], numel=rows * factor, header=[],
             body=["x = tl.load(x_ptr + «2048»*xindex + rindex, mask=xmask)",
                   "tl.store(out_ptr + xindex, x, mask=xmask)"],
             wide_index=False, rblock=2048, extent=2048,
