@@ -57,8 +57,8 @@ def order(plan: Plan, freed_inputs: frozenset[str] = frozenset()) -> Plan:
     lowest = model.peak(steps)
     for release, defer in ((False, False), (True, False), (False, True), (True, True)):
         candidate = model.greedy(release, defer)
-        if model.peak(candidate) < lowest:
-            steps, lowest = candidate, model.peak(candidate)
+        if (peak := model.peak(candidate)) < lowest:
+            steps, lowest = candidate, peak
     steps = _views_late(plan, storages, steps, touched)
     return replace(plan, steps=[plan.steps[i] for i in steps])
 
