@@ -69,11 +69,14 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
 
         if specialize.is_dynamic(gm):  # Dynamo made a size dynamic
 
-            def static_options(static: torch.fx.GraphModule) -> dict:
-                # the values by name of `gm` (a retraced size names its nodes anew: none)
+            def static_options(static: torch.fx.GraphModule, whole: bool = True) -> dict:
+                # the values by name of `gm` (a retraced size names its nodes anew: none); `whole`:
+                # the graph of a size, not a static part (whose outputs later parts and ATen read
+                # at the strides the trace predicted)
                 renamed = static.meta.get(specialize.RETRACED, False)
                 return dict(
                     families=families,
+                    any_layout=_output_names(static) if inference and whole else frozenset(),
                     freed_inputs=saved,
                     inference=inference,
                     saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
@@ -89,7 +92,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
                 renamed = static.meta.get(specialize.RETRACED, False)
                 with config.override(**settings):
-                    compiled = compile_graph(static, part, input_names, **static_options(static))
+                    compiled = compile_graph(static, part, input_names, **static_options(static, part == name))
                 if role == "forward":  # (the values its backward reads, for a fallback's copies)
                     static.meta.setdefault(saved_layouts.SAVED, saved_layouts.saved(gm))
                     if not renamed:
