@@ -1,6 +1,7 @@
 """The pipeline, in one function: ATen graph -> IR -> fusion plan -> source -> module.
 
-    gm --ir.from_fx--> Graph --common_subexpressions, pad_matmuls, split_reductions--> Graph --fusion.plan--> Plan
+    gm --ir.from_fx--> Graph --common_subexpressions, whole_scatters, pad_matmuls, split_reductions--> Graph
+       --fusion.plan--> Plan
        --codegen--> source --runtime.load--> call
 
 `write_graph` runs the stages up to the source (a dynamic graph's probe size: nothing compiled);
@@ -26,6 +27,7 @@ from minicomp.codegen.families import Families
 from minicomp.codegen.module import WRITERS, KernelCall, ModuleSource
 from minicomp.ir import Graph, TensorMeta
 from minicomp.ir.cse import common_subexpressions
+from minicomp.ir.whole_scatters import whole_scatters
 from minicomp.lowering.layout import is_dense
 from minicomp.lowering.ops import NodeKind
 from minicomp.plan import fusion, schedule
@@ -181,6 +183,7 @@ def write_graph(
         "rounded": frozenset(renamed.get(n, n) for n in rounded) & set(graph.nodes),
     }
     graph = common_subexpressions(graph)  # an op computed twice on the same arguments computed once
+    graph = whole_scatters(graph)  # a slice's gradient over its whole base: the gradient, no zeros
     graph = pad_matmuls(graph, any_layout)  # matmul sizes that keep cuBLAS off its fast kernels padded with zeros
     graph = split_reductions(graph)  # long reductions with few rows become partials + their combination
     logs.graph.info("%s: IR\n%s", name, graph)

@@ -47,12 +47,14 @@ def is_dynamic(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-def concrete(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list[int]]:
+def concrete(
+    gm: torch.fx.GraphModule, args: list, restrided: frozenset[str] = frozenset()
+) -> tuple[torch.fx.GraphModule, list[int]]:
     """`gm` for these call values: (a graph whose inputs are the tensor arguments only, with every
     size a number, and the positions of those arguments in `args`). By substitution (`substituted`)
     where it applies, else traced again (`retraced`)."""
     try:
-        return substituted(gm, args)
+        return substituted(gm, args, restrided)
     except NotSubstitutable as why:
         logs.recompiles.info("%s: traced again for the new sizes (%s)", _graph_name(gm), why)
         return retraced(gm, args)
@@ -79,18 +81,23 @@ class _Sized(torch.Tensor):
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
-def substituted(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list[int]]:
+def substituted(
+    gm: torch.fx.GraphModule, args: list, restrided: frozenset[str] = frozenset()
+) -> tuple[torch.fx.GraphModule, list[int]]:
     """`gm` with each symbol replaced by its value in this call, without tracing: each symbol is
     bound from an input whose size (or integer value) is that bare symbol; every input's shape,
     strides and offset must then equal the graph's expressions for them (else NotSubstitutable);
     a node computing a size becomes its number wherever it is used, each other node keeps its op
     and gets its value's shape and strides evaluated. The symbolic trace took every branch on
     sizes under a guard Dynamo checks before this graph runs, so this is the graph a trace on
-    these values records (the same ops, sizes and layouts), at a fraction of a trace's cost."""
+    these values records (the same ops, sizes and layouts), at a fraction of a trace's cost.
+    `restrided`: inputs whose shape alone is compared, given the graph's layout (a backward's
+    saved value that its forward laid out otherwise: the compile lays the graph out for it and
+    conforms the call's value: dispatch/sized_contracts.py)."""
     placeholders = _placeholders(gm, args)
-    number = _evaluator(_bound(placeholders, args))
+    number = _evaluator(_bound(placeholders, args, restrided))
     for node, arg in zip(placeholders, args):
-        for symbolic, actual in _numbers(node.meta.get("val"), arg):
+        for symbolic, actual in _numbers(node.meta.get("val"), arg, node.name in restrided):
             if number(symbolic) != actual:
                 raise NotSubstitutable(f"input {node.name} is laid out unlike the graph's inputs")
 
@@ -107,7 +114,10 @@ def substituted(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphMod
     for i, (node, arg) in enumerate(zip(placeholders, args)):
         if isinstance(arg, torch.Tensor):
             env[node] = graph.placeholder(node.name)
-            env[node].meta["val"] = _Sized(arg.shape, arg.stride(), arg.storage_offset(), arg.dtype, arg.device)
+            own = node.name in restrided  # (the graph's layout: this call's is conformed to it)
+            layout = value_of(node.meta["val"]) if own else arg
+            offset = layout.storage_offset()
+            env[node].meta["val"] = _Sized(layout.shape, layout.stride(), offset, arg.dtype, arg.device)
             positions.append(i)
         else:
             env[node] = arg
@@ -148,13 +158,14 @@ def _placeholders(gm: torch.fx.GraphModule, args: list) -> list[torch.fx.Node]:
     return placeholders
 
 
-def _bound(placeholders: list[torch.fx.Node], args: list) -> dict:
-    """{symbol: its value in this call} for each symbol that is an input's size (or value) bare."""
+def _bound(placeholders: list[torch.fx.Node], args: list, restrided: frozenset[str] = frozenset()) -> dict:
+    """{symbol: its value in this call} for each symbol that is an input's size (or value) bare
+    (`restrided`: inputs whose shape alone binds)."""
     import sympy
 
     bound: dict = {}
     for node, arg in zip(placeholders, args):
-        for symbolic, actual in _numbers(node.meta.get("val"), arg):
+        for symbolic, actual in _numbers(node.meta.get("val"), arg, node.name in restrided):
             if isinstance(symbolic, _SYMBOLIC) and isinstance(symbolic.node.expr, sympy.Symbol):
                 bound.setdefault(symbolic.node.expr, actual)
     return bound
@@ -218,12 +229,14 @@ def probe_args(gm: torch.fx.GraphModule, args: list) -> list | None:
     return probed
 
 
-def _numbers(val, arg):
+def _numbers(val, arg, shape_only: bool = False):
     """(symbolic, actual) pairs of an input's sizes, strides and offset (an integer input: its value)."""
     if isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
         if val.dim() != arg.dim():
             raise NotSubstitutable("an input of another rank")
         yield from zip(val.shape, arg.shape)
+        if shape_only:
+            return
         yield from zip(val.stride(), arg.stride())
         yield val.storage_offset(), arg.storage_offset()
     elif isinstance(val, _SYMBOLIC):
@@ -290,7 +303,10 @@ class Specializing:
     decides which literals become runtime arguments: a member is served the template only where
     its own text reads the same, so a probe size Dynamo's guards would refuse costs nothing
     but the probe's time. The caller writes it without timing matmul choices (its shapes may be
-    of a class no real size reaches) and marks its kernels as never compiled (families.py)."""
+    of a class no real size reaches) and marks its kernels as never compiled (families.py).
+
+    `restrided`: inputs made concrete at the graph's own layout whatever strides they arrive in
+    (`substituted`): a backward's saved values its forward lays out as its plan has them."""
 
     def __init__(
         self,
@@ -298,8 +314,10 @@ class Specializing:
         compile_static: Callable,
         fail: Callable[[Exception], None],
         write_static: Callable | None = None,
+        restrided: frozenset[str] = frozenset(),
     ):
         self.gm = gm
+        self.restrided = restrided  # inputs made concrete at the graph's layout (`substituted`)
         self.compile_static = compile_static
         self.write_static = write_static
         self.fail = fail
@@ -327,7 +345,7 @@ class Specializing:
             with gc_pause.paused(config.get("pause_gc")):
                 if self.write_static is not None:
                     self._probe(values)
-                static, positions = concrete(self.gm, values)
+                static, positions = concrete(self.gm, values, self.restrided)
                 boxed = self.compile_static(static, [self.names[i] for i in positions])
         except Exception as err:  # noqa: BLE001 - this size runs as captured, by the fallback policy
             self.fail(err)

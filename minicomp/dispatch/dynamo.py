@@ -39,6 +39,7 @@ from minicomp.dispatch import (
     graphed_calls,
     returned_views,
     saved_layouts,
+    sized_contracts,
 )
 from minicomp.dispatch.autograd import input_layouts, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import captured, checked_first_call, eager_when_reentered
@@ -68,15 +69,22 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
 
         if specialize.is_dynamic(gm):  # Dynamo made a size dynamic
+            contracts = forward.setdefault("contracts", sized_contracts.Contracts())  # a size's forward to its backward
+            fw_saved = sized_contracts.saved_tensors(forward["gm"], saved_layouts.saved(forward["gm"]))
+            strided = saved_layouts.any_layout(gm) if role == "forward" and not inference else frozenset()
 
             def static_options(static: torch.fx.GraphModule, whole: bool = True) -> dict:
                 # the values by name of `gm` (a retraced size names its nodes anew: none); `whole`:
                 # the graph of a size, not a static part (whose outputs later parts and ATen read
                 # at the strides the trace predicted)
                 renamed = static.meta.get(specialize.RETRACED, False)
+                if not whole:
+                    any_layout = frozenset()
+                else:  # an inference's outputs; a training forward's values only its backward reads, by name
+                    any_layout = _output_names(static) if inference else frozenset() if renamed else strided
                 return dict(
                     families=families,
-                    any_layout=_output_names(static) if inference and whole else frozenset(),
+                    any_layout=any_layout,
                     freed_inputs=saved,
                     inference=inference,
                     saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
@@ -91,16 +99,37 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
 
             def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
                 renamed = static.meta.get(specialize.RETRACED, False)
+                options = static_options(static, part == name)
+                checks, produced = [], None
+                if backward:  # what this size's forward produced: its saved values' layouts, its donations
+                    options["output_layouts"] = input_layouts(forward["gm"])  # (a gradient in its leaf's layout)
+                    produced = None if renamed else contracts.for_backward(static, fw_saved)
+                    checks = sized_contracts.backward_checks(
+                        static, input_names, produced, saved_layouts.any_layout(forward["gm"])
+                    )
+                    if produced is not None:
+                        options["donated"] = donations.donated(
+                            forward["gm"], gm, graphed_calls.saved_count(forward), produced.exclusive
+                        )
+                        options["results_over_donated"] = graphs is None
                 with config.override(**settings):
-                    compiled = compile_graph(static, part, input_names, **static_options(static, part == name))
+                    compiled = compile_graph(static, part, input_names, **options)
                 if role == "forward":  # (the values its backward reads, for a fallback's copies)
                     static.meta.setdefault(saved_layouts.SAVED, saved_layouts.saved(gm))
                     if not renamed:
                         forward["rounded"] = forward.get("rounded", frozenset()) | compiled.rounded_values()
+                    if not inference and not renamed and part == name:  # (what this size's backward may rely on)
+                        static.meta[saved_layouts.ANY_LAYOUT] = strided
+                        made = sized_contracts.Produced(
+                            saved_layouts.produced(static, compiled), donations.exclusive_outputs(compiled.plan)
+                        )
+                        contracts.forward_compiled(static, fw_saved, made)
                 boxed = checked_first_call(compiled, static, fail, part)  # (a first call that fails: as captured)
                 if role == "forward":  # (a size of a dynamic graph: its views of inputs too)
                     boxed = returned_views.returning_views(boxed, static, of_inputs=True, of_outputs=inference)
-                return eager_when_reentered(boxed, compiled, static)
+                boxed = eager_when_reentered(boxed, compiled, static)
+                donated = options.get("donated", frozenset())
+                return donations.kept(saved_layouts.conformed(boxed, checks), static, donated)
 
             run = None
             if inference and graphs is None:  # (a CUDA graph per size records each size anyway)
@@ -109,7 +138,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             if run is None:  # one static graph per size
                 with config.override(**settings):
                     probing = config.get("probe_sizes")
-                run = specialize.Specializing(gm, compile_static, fail, write_static if probing else None)
+                restrided = saved_layouts.any_layout(forward["gm"]) if backward else frozenset()  # (its forward's)
+                run = specialize.Specializing(gm, compile_static, fail, write_static if probing else None, restrided)
             return graphed_calls.graphed(graphs, run, name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
         checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []

@@ -20,6 +20,7 @@ and keeps both alive at once: GPT-2's [4096, 50257] logits, 412 MB in bf16, a st
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from minicomp.lowering.indexing import row_padded_strides
@@ -115,11 +116,13 @@ def _propagated(backward: torch.fx.GraphModule, layouts: dict, keep: bool) -> bo
     (shape, stride); its nodes keep the new meta where `keep` and it did, else the traced one."""
     placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
     values = [n.meta.get("val") for n in placeholders]
-    mode = next((v.fake_mode for v in values if getattr(v, "fake_mode", None) is not None), None)
-    if mode is None or any(
-        not isinstance(values[i], torch.Tensor) for i, n in enumerate(placeholders) if n.name in layouts
-    ):
+    if any(not isinstance(values[i], torch.Tensor) for i, n in enumerate(placeholders) if n.name in layouts):
         return False
+    mode = next((v.fake_mode for v in values if getattr(v, "fake_mode", None) is not None), None)
+    if mode is None:  # a graph made concrete for one size (capture/specialize.py): layouts, no fake tensors
+        mode = FakeTensorMode()
+        with mode:
+            values = [_fake(v) if isinstance(v, torch.Tensor) else v for v in values]
     traced = {n: dict(n.meta) for n in backward.graph.nodes}
     with mode:
         inputs = [
@@ -139,6 +142,14 @@ def _propagated(backward: torch.fx.GraphModule, layouts: dict, keep: bool) -> bo
             node.meta.clear()
             node.meta.update(meta)
     return done
+
+
+def _fake(value: torch.Tensor) -> torch.Tensor:
+    """A fake tensor (under the current fake mode) of `value`'s shape, strides, offset, dtype and device."""
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    span = value.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0)
+    base = torch.empty(span if all(shape) else value.storage_offset(), dtype=value.dtype, device=value.device)
+    return base.as_strided(shape, stride, value.storage_offset())
 
 
 def conformed(boxed, checks: list[tuple[int, tuple, tuple]]):

@@ -2,6 +2,7 @@
 
 graph.py    TensorMeta, Node, Graph; from_fx()
 cse.py      common_subexpressions(): an op computed twice on the same arguments computed once
+whole_scatters.py  whole_scatters(): a slice_scatter over its whole base is its source
 dtypes.py   dtype tables: Triton names, compute dtypes, 16-bit rounding
 """
 

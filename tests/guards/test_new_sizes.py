@@ -91,6 +91,24 @@ def test_substituted_graph_is_the_traced_one():
     torch.testing.assert_close(again(transposed), g(transposed))
 
 
+def test_a_restrided_input_is_substituted_at_the_graphs_layout():
+    """An input named `restrided` (a backward's saved value its forward laid out otherwise) is
+    compared by shape alone and gets the graph's own layout in the static graph: the compile lays
+    it out, and conforms the call's value (dispatch/sized_contracts.py). Its strides bind no size."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def g(x):
+        return x.cumsum(0) * x.shape[1]
+
+    gm = make_fx(g, tracing_mode="symbolic")(torch.randn(3, 4))
+    name = next(n.name for n in gm.graph.nodes if n.op == "placeholder")
+    padded = torch.randn(7, 8)[:, :5]  # [7, 5] at row stride 8
+    static, _ = specialize.substituted(gm, [padded], frozenset({name}))
+    placeholder = next(n for n in static.graph.nodes if n.op == "placeholder")
+    assert tuple(placeholder.meta["val"].shape) == (7, 5) and placeholder.meta["val"].stride() == (5, 1)
+    torch.testing.assert_close(static(padded.contiguous()), g(padded))
+
+
 class _Block(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -268,7 +268,7 @@ def test_a_dynamic_graphs_sizes_round_by_name_only_where_the_names_are_its_own(m
 
     if retrace:
 
-        def not_substitutable(gm, args):
+        def not_substitutable(gm, args, restrided=frozenset()):
             raise specialize.NotSubstitutable("forced by the test")
 
         monkeypatch.setattr(specialize, "substituted", not_substitutable)
