@@ -322,3 +322,35 @@ def test_a_new_sizes_kernel_that_fails_at_its_first_launch_falls_back(monkeypatc
         x = torch.randn(7, 8)
         torch.testing.assert_close(compiled(x), fn(x))
     torch._dynamo.reset()
+
+
+def test_a_call_like_the_last_one_reuses_its_entry_and_any_other_is_keyed():
+    """`Specializing` checks a call against the last call's signature first (`_LastCall`): the same
+    sizes run the same compiled entry; another size, another storage offset, another integer
+    value, a transposed input each take the keyed way (their own entry, built once)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, n: int):
+        return x.cumsum(0) * n
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(3, 4), 2)
+    built = []
+
+    def compile_static(static, names):
+        built.append(tuple(n.meta["val"].shape for n in static.graph.nodes if n.op == "placeholder"))
+        return lambda tensors: [static(*tensors)]
+
+    run = specialize.Specializing(gm, compile_static, fail=lambda err: (_ for _ in ()).throw(err))
+    base = torch.randn(6, 4)
+    calls = [
+        (torch.randn(3, 4), 2),
+        (torch.randn(3, 4), 2),  # the last call's signature: no build
+        (torch.randn(5, 4), 2),  # another size
+        (base[1:4], 2),  # an offset of 4: another signature than (3, 4) at offset 0
+        (torch.randn(3, 4), 3),  # another value of n (an integer input of the graph)
+        (torch.randn(3, 4), 2),  # (3, 4) again: its entry, keyed
+    ]
+    for x, n in calls:
+        (got,) = run([x, n])
+        torch.testing.assert_close(got, f(x, n))
+    assert len(built) == 4 and built[0] == built[2]  # (3, 4), (5, 4), the offset's (3, 4), n = 3: one each
