@@ -17,7 +17,6 @@ the steady state: the median of 20 calls at that length (CUDA events, ms). `--no
 import importlib
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.getcwd())  # benchmarks/ from the tree this runs in
 from benchmarks.experiments.compile_cost import Recorder  # noqa: E402
 from minicomp.bench import model_specs as ms  # noqa: E402
+from minicomp.bench.measure import synchronized_ms  # noqa: E402
 from minicomp.dispatch.dynamo import registered  # noqa: E402
 
 
@@ -47,16 +47,8 @@ def timed(fn) -> tuple[float, object]:
 
 
 def steady_ms(fn, calls: int = 20) -> float:
-    times = []
     with torch.no_grad():
-        for _ in range(calls):
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(begin.elapsed_time(end))
-    return statistics.median(times)
+        return synchronized_ms(fn, calls)
 
 
 def main(name: str, backend: str, lengths: list[int]) -> None:

@@ -84,6 +84,22 @@ def time_ms(fn, sets, backward: bool) -> float:
     return triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median", grad_to_none=leaves)
 
 
+def synchronized_ms(fn, calls: int = 20) -> float:
+    """Median ms of `fn` called `calls` times, each between two CUDA events and followed by a
+    synchronize: a step's latency as a loop that waits for each result sees it (host time the GPU
+    waits on counts, unlike in `time_ms`)."""
+    times = []
+    for _ in range(calls):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(begin.elapsed_time(end))
+    times.sort()
+    return (times[(calls - 1) // 2] + times[calls // 2]) / 2
+
+
 def peak_bytes(fn, inputs, backward: bool) -> int:
     """Memory one call (forward + backward for a training workload) allocates at its peak beyond
     what is allocated before it (the inputs): saved activations, outputs, gradients and temporaries.
