@@ -133,6 +133,22 @@ def _tensors(value) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
+def graph_of(fn, *args):
+    """The IR graph (minicomp.ir) of `fn` traced on `args`, its inputs named a0, a1, ..."""
+    from torch.utils import _pytree as pytree
+
+    from minicomp import capture, ir
+
+    names = [f"a{i}" for i in range(len(args))]
+    traced = capture.trace(fn, list(args), pytree.tree_flatten((args, {}))[1], names)
+    return ir.from_fx(traced.gm, traced.input_names)
+
+
+def ops_of(graph) -> list[str]:
+    """The op names of `graph`'s computed nodes, in order."""
+    return [graph[n].op_name for n in graph.order if not graph[n].is_input]
+
+
 def grads_match(fn, *args, grad_of=None):
     """Forward + backward through eager and minicomp; compare outputs and input grads.
 

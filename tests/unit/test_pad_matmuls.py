@@ -8,11 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, grads_match
-from torch.utils import _pytree as pytree
+from conftest import check, grads_match, graph_of, ops_of
 
 import minicomp
-from minicomp import capture, config, ir
+from minicomp import config
 from minicomp.plan import fusion
 from minicomp.plan.pad_matmuls import pad_matmuls
 
@@ -21,16 +20,6 @@ from minicomp.plan.pad_matmuls import pad_matmuls
 def always():
     with config.override(pad_matmuls="always"):
         yield
-
-
-def graph_of(fn, *args):
-    names = [f"a{i}" for i in range(len(args))]
-    traced = capture.trace(fn, list(args), pytree.tree_flatten((args, {}))[1], names)
-    return ir.from_fx(traced.gm, traced.input_names)
-
-
-def ops_of(graph) -> list[str]:
-    return [graph[n].op_name for n in graph.order if not graph[n].is_input]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -6,21 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils import _pytree as pytree
+from conftest import graph_of, ops_of
 
 import minicomp
-from minicomp import capture, ir
 from minicomp.ir.whole_scatters import whole_scatters
-
-
-def graph_of(fn, *args):
-    names = [f"a{i}" for i in range(len(args))]
-    traced = capture.trace(fn, list(args), pytree.tree_flatten((args, {}))[1], names)
-    return ir.from_fx(traced.gm, traced.input_names)
-
-
-def ops_of(graph) -> list[str]:
-    return [graph[n].op_name for n in graph.order if not graph[n].is_input]
 
 
 def whole(g):  # the gradient of x[:, -6:] over a dim of 6: zeros, the gradient written over them
