@@ -103,7 +103,7 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                 checks, produced = [], None
                 if backward:  # what this size's forward produced: its saved values' layouts, its donations
                     options["output_layouts"] = input_layouts(forward["gm"])  # (a gradient in its leaf's layout)
-                    produced = None if renamed else contracts.for_backward(static, fw_saved)
+                    key, produced = (None, None) if renamed else contracts.for_backward(static, fw_saved)
                     checks = sized_contracts.backward_checks(
                         static, input_names, produced, saved_layouts.any_layout(forward["gm"])
                     )
@@ -128,6 +128,8 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
                 if role == "forward":  # (a size of a dynamic graph: its views of inputs too)
                     boxed = returned_views.returning_views(boxed, static, of_inputs=True, of_outputs=inference)
                 boxed = eager_when_reentered(boxed, compiled, static)
+                if produced is not None:  # (another forward of these shapes may yet produce otherwise)
+                    boxed = contracts.relied_on(boxed, key, captured(static))
                 donated = options.get("donated", frozenset())
                 return donations.kept(saved_layouts.conformed(boxed, checks), static, donated)
 

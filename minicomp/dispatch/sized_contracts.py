@@ -34,7 +34,8 @@ class Produced:
 
 class Contracts:
     """Per set of saved shapes, what the forward compiled for it produced (None where two forwards
-    of those shapes disagreed)."""
+    of those shapes disagreed: a backward compiled on the first one's word then runs as captured,
+    `relied_on`)."""
 
     def __init__(self):
         self._by_shapes: dict[tuple, Produced | None] = {}
@@ -48,9 +49,24 @@ class Contracts:
             return
         self._by_shapes[key] = produced
 
-    def for_backward(self, static: torch.fx.GraphModule, saved: frozenset[str]) -> Produced | None:
+    def for_backward(self, static: torch.fx.GraphModule, saved: frozenset[str]) -> tuple[tuple | None, Produced | None]:
+        """(the key of this backward's saved shapes, what its forward produced, or None)."""
         key = _shapes(static, saved, outputs=False)
-        return None if key is None else self._by_shapes.get(key)
+        return key, None if key is None else self._by_shapes.get(key)
+
+    def relied_on(self, boxed, key: tuple, captured):
+        """`boxed` (a backward compiled on the word of the forward of `key`), running `captured`
+        (its graph as Dynamo captured it: guarded_calls.captured, which writes over nothing) once
+        another forward of those saved shapes has produced otherwise: the values may be that
+        one's, whose memory may not be the backward's to take."""
+
+        def run(args):
+            if self._by_shapes.get(key) is None:
+                return captured(args)
+            return boxed(args)
+
+        run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
+        return run
 
 
 def saved_tensors(gm: torch.fx.GraphModule, saved: frozenset[str]) -> frozenset[str]:
