@@ -29,7 +29,8 @@ def graphed(graphs, run, name: str, role: str, gm: torch.fx.GraphModule, forward
     if role == "backward":
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         static = [i for i, n in enumerate(placeholders) if not n.name.startswith("tangents")]
-        return graphs.wrap(run, name, static=static, kept=True)  # gradients: autograd accumulates into them
+        replayed = graphs.wrap(run, name, static=static, kept=True)  # gradients: autograd accumulates into them
+        return _unreplayed_when_kept(replayed, run)
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None)
     fixed = set(getattr(metadata, "static_input_indices", None) or ())
@@ -49,3 +50,18 @@ def saved_count(forward: dict) -> int:
     if backward is None:
         return 0
     return sum(1 for n in backward.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents"))
+
+
+def _unreplayed_when_kept(replayed, run):
+    """A backward that runs `run` itself, not its replay, when autograd keeps the graph for another
+    backward (`retain_graph=True`): a replay repeats what its capture did, so a backward captured
+    without that flag writes over the saved values it donated (donations.py; `run` copies them
+    under it), which the next backward reads."""
+
+    def call(args):
+        if torch._C._autograd._get_current_graph_task_keep_graph():
+            return run(args)
+        return replayed(args)
+
+    call._boxed_call = True  # AOTAutograd's mark: it passes its argument list
+    return call

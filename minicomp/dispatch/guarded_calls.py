@@ -23,9 +23,13 @@ def checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):
     than its meta kernel said (runtime/externs.py: raised before anything is written), or a kernel
     that fails to compile or launch at its first call (a Triton error). A module that writes into
     an input may have written some of it by then, so it does not run again: the error says so.
-    Later calls cost a Python call more."""
+    Inputs the module may write over (`Plan.donated`, donations.py) are copied for its first call,
+    so the captured graph reads them intact if it fails after such a write (the first call's peak
+    is then that of a module that donates nothing). Later calls cost a Python call more."""
     boxed = compiled.boxed
     writes_inputs = bool(compiled.graph.mutations)
+    donated = compiled.plan.donated
+    given = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder")) if n.name in donated]
     eager = None  # the captured graph, once a first call failed
     first = True
 
@@ -34,6 +38,9 @@ def checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):
         if not first:
             return boxed(args) if eager is None else eager(args)
         first, kept = False, list(args)  # `boxed` empties the list
+        for i in given:
+            if isinstance(args[i], torch.Tensor):
+                args[i] = _exact_copy(args[i])
         try:
             return boxed(args)
         except runtime.ExternMismatch as err:
@@ -52,6 +59,13 @@ def checked_first_call(compiled, gm: torch.fx.GraphModule, fail, name: str):
 
     run._boxed_call = True  # AOTAutograd's mark: it passes its argument list
     return run
+
+
+def _exact_copy(t: torch.Tensor) -> torch.Tensor:
+    """`t` in a copy of its whole storage, at its offset and strides (a module that takes a donated
+    value's memory may write all of it: a padded product's padding too)."""
+    copy = torch.empty(0, dtype=t.dtype, device=t.device)
+    return copy.set_(t.untyped_storage().clone(), t.storage_offset(), t.shape, t.stride())
 
 
 def eager_when_reentered(boxed, compiled, gm: torch.fx.GraphModule):

@@ -150,3 +150,33 @@ def test_each_sizes_backward_writes_into_its_saved_product(module_sources):
     assert len(backwards) == len(LENGTHS)
     for text in backwards:
         assert "# in mm's memory: read there, then not again" in text
+
+
+def test_a_backward_that_fails_after_writing_over_a_saved_value_falls_back_on_it_intact(always, monkeypatch):
+    # the module's first call writes the logits' gradient over the donated logits, then fails (a
+    # later kernel that does not compile, an extern's mismatch): the captured graph reads the
+    # logits, which the first call wrote over a copy of
+    from minicomp.dispatch import dynamo
+
+    real = dynamo.compile_graph
+
+    def failing_after_its_writes(gm, name, *args, **kwargs):
+        compiled = real(gm, name, *args, **kwargs)
+        if "backward" in name and compiled.plan.donated:
+            boxed = compiled.boxed
+
+            def writes_then_fails(values):
+                boxed(values)
+                raise RuntimeError("a later launch fails")
+
+            compiled.boxed = writes_then_fails
+        return compiled
+
+    monkeypatch.setattr(dynamo, "compile_graph", failing_after_its_writes)
+    monkeypatch.setenv("MINICOMP_FALLBACK", "warn")
+    w, b = _leaves()
+    with pytest.warns(UserWarning, match="a later launch fails"):
+        got = _steps(torch.compile(_loss, backend="minicomp"), w, b)
+    for mine, eager in zip(got, _steps(_loss, w, b)):
+        for x, y in zip(mine, eager):
+            torch.testing.assert_close(x, y)

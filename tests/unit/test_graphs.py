@@ -815,3 +815,30 @@ def test_records_the_bound_drops_are_freed_though_their_signatures_were_hot(devi
         records.append(weakref.ref(jitted._hot.record()))
     gc.collect()
     assert sum(r() is not None for r in records) == 1
+
+
+def test_a_graphed_backward_under_retain_graph_runs_unreplayed():
+    # a replay repeats its capture: one captured without retain_graph writes over the saved values
+    # it donated, which the next backward reads; under the flag the backward runs itself, which
+    # copies them (dispatch/donations.py `kept`)
+    from minicomp.dispatch import graphed_calls
+
+    calls = []
+    replayed, run = (lambda args: calls.append("replay")), (lambda args: calls.append("run"))
+    backward = graphed_calls._unreplayed_when_kept(replayed, run)
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            backward([])
+            return grad * 2
+
+    x = torch.randn(3, requires_grad=True)
+    y = Doubled.apply(x).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    assert calls == ["run", "replay"]
