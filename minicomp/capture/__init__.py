@@ -7,6 +7,7 @@ closed_over.py  ClosedOver: what a trace reads and does besides its inputs (clos
 functional.py   writes into temporaries made functional (in-place ops a decomposition leaves)
 meta_trace.py   a tracer of ATen ops on meta stand-ins (no torch._dynamo import on a cold start)
 specialize.py   Dynamo graphs with symbolic sizes, compiled per concrete size
+call_signatures.py  a call's key by its arguments, and the last call's checked first (specialize.py's lookup)
 static_parts.py such a graph that is nearly all static (decoding with a KV cache): its static parts compiled once
 one_hot.py      a scatter of one value per row as a select (a gather's gradient, traced)
 """

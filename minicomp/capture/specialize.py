@@ -28,6 +28,7 @@ import torch
 import torch.fx
 
 from minicomp import config, gc_pause, logs
+from minicomp.capture.call_signatures import LastCall, signature
 
 Signature = tuple
 
@@ -325,7 +326,7 @@ class Specializing:
         self.entries: dict[Signature, Callable] = {}
         self.limit = config.cache_limit()  # sizes kept, as minicomp.jit keeps signatures (oldest dropped)
         self._lock = threading.Lock()  # a GPU backward runs on autograd's thread
-        self._last: _LastCall | None = None  # the last call's signature, checked first
+        self._last: LastCall | None = None  # the last call's signature, checked first
         self._boxed_call = True  # AOTAutograd's mark (on the instance: functools.wraps copies __dict__)
 
     def __call__(self, args: list):
@@ -334,7 +335,7 @@ class Specializing:
         last = self._last
         if last is not None and last.matches(values):  # (a loop's next call: its sizes as the last one's)
             return last.entry(values)
-        key = tuple(_signature(v) for v in values)
+        key = tuple(signature(v) for v in values)
         entry = self.entries.get(key)
         if entry is None:
             with self._lock:
@@ -342,7 +343,7 @@ class Specializing:
                 if key not in self.entries and len(self.entries) >= self.limit:
                     self.entries.pop(next(iter(self.entries)))
                 self.entries[key] = entry
-        self._last = _LastCall.of(values, entry)
+        self._last = LastCall.of(values, entry)
         return entry(values)
 
     def _build(self, values: list) -> Callable:
@@ -377,61 +378,3 @@ class Specializing:
         except Exception as err:  # noqa: BLE001 - the probe only saves later compiles
             self.write_static = None
             logs.recompiles.info("%s: no probe size (%s: %s)", _graph_name(self.gm), type(err).__name__, err)
-
-
-class _LastCall:
-    """A call's signature checked without building its key (building it took 0.1 ms a call under
-    cProfile for GPT-2's 30 inputs on an H200, before the first kernel's launch): its tensors'
-    dtype, device, sizes and strides by torch's `TensorGuards` (what Dynamo's tensor guards are
-    built on) in one C++ call, their storage offsets and the other values as the key compares them.
-    Stricter than the key (it also compares requires_grad and dispatch keys): a miss takes the
-    keyed way."""
-
-    __slots__ = ("entry", "guards", "tensors", "offsets", "others")
-
-    def __init__(self, entry, guards, tensors, offsets, others):
-        self.entry, self.guards, self.tensors, self.offsets, self.others = entry, guards, tensors, offsets, others
-
-    @staticmethod
-    def of(values: list, entry) -> _LastCall | None:
-        if _TensorGuards is None:
-            return None
-        tensors = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
-        chosen = [values[i] for i in tensors]
-        try:
-            guards = _TensorGuards(
-                *chosen,
-                dynamic_dims_sizes=[list(t.shape) for t in chosen],
-                dynamic_dims_strides=[list(t.stride()) for t in chosen],
-            )
-        except Exception:  # noqa: BLE001 - (a tensor type the guards do not take): every call is keyed
-            return None
-        offsets = [t.storage_offset() for t in chosen]
-        others = [(i, _signature(v)) for i, v in enumerate(values) if not isinstance(v, torch.Tensor)]
-        return _LastCall(entry, guards, (len(values), tensors), offsets, others)
-
-    def matches(self, values: list) -> bool:
-        count, tensors = self.tensors
-        if len(values) != count:
-            return False
-        try:
-            chosen = [values[i] for i in tensors]
-            if not self.guards.check(*chosen):
-                return False
-        except TypeError:  # (another type where a tensor was)
-            return False
-        return all(t.storage_offset() == o for t, o in zip(chosen, self.offsets)) and all(
-            _signature(values[i]) == key for i, key in self.others
-        )
-
-
-try:
-    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
-except ImportError:  # (a torch without Dynamo's C++ guards: every call is keyed)
-    _TensorGuards = None
-
-
-def _signature(value) -> tuple:
-    if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), value.stride(), value.storage_offset(), value.dtype, value.device)
-    return (type(value), value)

@@ -12,6 +12,8 @@ partition.py      ... the joint graph split into them: min-cut, no views saved, 
 joint_cse.py      ... the joint graph's repeated ops merged before its partition (no Inductor import)
 training_call.py  the lean autograd.Function a training call runs through
 dynamo.py         torch.compile(backend="minicomp")
+dynamic_graphs.py ... a graph whose sizes are symbols, compiled per size (or by static parts)
+sized_contracts.py ... what each size's forward agrees with its backward (saved layouts, donations)
 graphed_calls.py  ... its compiled graphs replaying CUDA graphs (mode="reduce-overhead")
 frame_families.py the kernel families of a function Dynamo compiles, shared by its recompiles
 guarded_calls.py  a Dynamo graph's first call that fails, run as captured instead

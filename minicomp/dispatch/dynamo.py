@@ -28,18 +28,18 @@ import threading
 
 import torch
 
-from minicomp import capture, config, gc_pause, logs
-from minicomp.capture import closed_over, specialize, static_parts
+from minicomp import capture, config, gc_pause
+from minicomp.capture import closed_over, specialize
 from minicomp.codegen.families import Families
 from minicomp.dispatch import (
     chunk_tracing,
     donations,
+    dynamic_graphs,
     fallback,
     frame_families,
     graphed_calls,
     returned_views,
     saved_layouts,
-    sized_contracts,
 )
 from minicomp.dispatch.autograd import input_layouts, saved_activations, tangents_like_outputs
 from minicomp.dispatch.guarded_calls import captured, checked_first_call, eager_when_reentered
@@ -68,86 +68,19 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
         def fail(err: Exception) -> None:
             fallback.handle(name, err, config.fallback(), instead="Running it as Dynamo captured it.")
 
-        if specialize.is_dynamic(gm):  # Dynamo made a size dynamic
-            contracts = forward.setdefault("contracts", sized_contracts.Contracts())  # a size's forward to its backward
-            fw_saved = sized_contracts.saved_tensors(forward["gm"], saved_layouts.saved(forward["gm"]))
-            strided = saved_layouts.any_layout(gm) if role == "forward" and not inference else frozenset()
-
-            def static_options(static: torch.fx.GraphModule, whole: bool = True) -> dict:
-                # the values by name of `gm` (a retraced size names its nodes anew: none); `whole`:
-                # the graph of a size, not a static part (whose outputs later parts and ATen read
-                # at the strides the trace predicted)
-                renamed = static.meta.get(specialize.RETRACED, False)
-                if not whole:
-                    any_layout = frozenset()
-                else:  # an inference's outputs; a training forward's values only its backward reads, by name
-                    any_layout = _output_names(static) if inference else frozenset() if renamed else strided
-                return dict(
-                    families=families,
-                    any_layout=any_layout,
-                    freed_inputs=saved,
-                    inference=inference,
-                    saved=saved_layouts.saved(gm) if role == "forward" else frozenset(),
-                    recomputed=saved_layouts.recomputed(gm) if role == "forward" and not renamed else frozenset(),
-                    rounded=forward.get("rounded", frozenset()) if backward and not renamed else frozenset(),
-                )
-
-            def write_static(static: torch.fx.GraphModule, input_names: list[str]):
-                # (no matmul timed at a probe's shapes: a record's answer or the untimed default)
-                with config.override(**{**settings, "measure_matmuls": False}):
-                    write_graph(static, f"{name}_probe", input_names, probe=True, **static_options(static))
-
-            def compile_static(static: torch.fx.GraphModule, input_names: list[str], part: str = name):
-                renamed = static.meta.get(specialize.RETRACED, False)
-                options = static_options(static, part == name)
-                checks, produced = [], None
-                if backward:  # what this size's forward produced: its saved values' layouts, its donations
-                    options["output_layouts"] = input_layouts(forward["gm"])  # (a gradient in its leaf's layout)
-                    key, produced = (None, None) if renamed else contracts.for_backward(static, fw_saved)
-                    checks = sized_contracts.backward_checks(
-                        static, input_names, produced, saved_layouts.any_layout(forward["gm"])
-                    )
-                    if produced is not None:
-                        options["donated"] = donations.donated(
-                            forward["gm"], gm, graphed_calls.saved_count(forward), produced.exclusive
-                        )
-                        options["results_over_donated"] = graphs is None
-                with config.override(**settings):
-                    compiled = compile_graph(static, part, input_names, **options)
-                if role == "forward":  # (the values its backward reads, for a fallback's copies)
-                    static.meta.setdefault(saved_layouts.SAVED, saved_layouts.saved(gm))
-                    if not renamed:
-                        forward["rounded"] = forward.get("rounded", frozenset()) | compiled.rounded_values()
-                    if not inference and not renamed and part == name:  # (what this size's backward may rely on)
-                        static.meta[saved_layouts.ANY_LAYOUT] = strided
-                        made = sized_contracts.Produced(
-                            saved_layouts.produced(static, compiled), donations.exclusive_outputs(compiled.plan)
-                        )
-                        contracts.forward_compiled(static, fw_saved, made)
-                boxed = checked_first_call(compiled, static, fail, part)  # (a first call that fails: as captured)
-                if role == "forward":  # (a size of a dynamic graph: its views of inputs too)
-                    boxed = returned_views.returning_views(boxed, static, of_inputs=True, of_outputs=inference)
-                boxed = eager_when_reentered(boxed, compiled, static)
-                if produced is not None:  # (another forward of these shapes may yet produce otherwise)
-                    boxed = contracts.relied_on(boxed, key, captured(static))
-                donated = options.get("donated", frozenset())
-                return donations.kept(saved_layouts.conformed(boxed, checks), static, donated)
-
-            run = None
-            if inference and graphs is None:  # (a CUDA graph per size records each size anyway)
-                with config.override(**settings):
-                    run = _cut(gm, compile_static, fail, name)  # its static parts once, for every size
-            if run is None:  # one static graph per size
-                with config.override(**settings):
-                    probing = config.get("probe_sizes")
-                restrided = saved_layouts.any_layout(forward["gm"]) if backward else frozenset()  # (its forward's)
-                run = specialize.Specializing(gm, compile_static, fail, write_static if probing else None, restrided)
-            return graphed_calls.graphed(graphs, run, name, role, gm, forward)
+        if specialize.is_dynamic(gm):  # Dynamo made a size dynamic: compiled per size, or by static parts
+            dynamic = dynamic_graphs.GraphCompile(
+                name, role, gm, families, settings, forward, graphs, inference, saved, fail,
+                # (this module's names, looked up at each compile: tests and benchmarks wrap them)
+                compile_graph=lambda *args, **kwargs: compile_graph(*args, **kwargs),
+                write_graph=lambda *args, **kwargs: write_graph(*args, **kwargs),
+            )  # fmt: skip
+            return graphed_calls.graphed(graphs, dynamic_graphs.per_size(dynamic), name, role, gm, forward)
         layouts = input_layouts(forward["gm"]) if backward else None
         checks = saved_layouts.laid_out(gm, forward.get("saved_layouts", {})) if backward else []
         any_layout = saved_layouts.any_layout(gm) if role == "forward" else frozenset()
         if inference:
-            any_layout |= _output_names(gm)
+            any_layout |= dynamic_graphs.output_names(gm)
         donated = frozenset()  # saved values the backward may write over (donations.py)
         if backward:
             donated = donations.donated(
@@ -184,19 +117,6 @@ def _compiler(role: str, families: Families, settings: dict, forward: dict, grap
             return captured(gm)
 
     return compile_fn
-
-
-def _cut(gm: torch.fx.GraphModule, compile_static, fail, name: str):
-    """A dynamic inference graph cut into static parts (static_parts.py), or None where it is not
-    worth it or cannot be cut (then it is compiled per size)."""
-    try:
-        fixed = static_parts.static_nodes(gm)
-        if not static_parts.worth_cutting(gm, fixed):
-            return None
-        return static_parts.StaticParts(gm, fixed, compile_static, fail, name)
-    except Exception as err:  # noqa: BLE001 - compiled per size instead
-        logs.recompiles.info("%s: not cut into static parts (%s: %s)", name, type(err).__name__, err)
-        return None
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, mode: str | None = None):
@@ -251,12 +171,6 @@ def _options(options: dict | None, mode: str | None) -> dict:
             )
         settings[name] = config.checked(name, value)
     return settings
-
-
-def _output_names(gm: torch.fx.GraphModule) -> frozenset[str]:
-    """The names of the values `gm` returns."""
-    outputs = next(reversed(gm.graph.find_nodes(op="output"))).args[0]
-    return frozenset(n.name for n in outputs if isinstance(n, torch.fx.Node))
 
 
 @contextlib.contextmanager

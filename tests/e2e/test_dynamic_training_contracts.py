@@ -17,6 +17,14 @@ from minicomp import config
 LENGTHS = (6, 7, 9, 5)  # the first compiles a static graph, the second a dynamic one, then a size each
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles its own graphs (Dynamo's cache keeps an earlier test's for one function)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture
 def always():
     with config.override(pad_matmuls="always"):
@@ -52,6 +60,13 @@ def _steps(fn, w, b, retain: bool = False):
     return results
 
 
+def _assert_eagers(got: list, w, b) -> None:
+    """Each length's loss and gradients `got` equal eager's."""
+    for mine, eager in zip(got, _steps(_loss, w, b)):
+        for x, y in zip(mine, eager):
+            torch.testing.assert_close(x, y)
+
+
 def _modules(texts: list[str], role: str) -> list[str]:
     return [t for t in texts if f"_{role}" in t.splitlines()[0]]
 
@@ -59,9 +74,7 @@ def _modules(texts: list[str], role: str) -> list[str]:
 def test_each_size_leaves_the_padded_logits_to_its_backward(always, module_sources):
     w, b = _leaves()
     got = _steps(torch.compile(_loss, backend="minicomp"), w, b)
-    for mine, eager in zip(got, _steps(_loss, w, b)):
-        for x, y in zip(mine, eager):
-            torch.testing.assert_close(x, y)
+    _assert_eagers(got, w, b)
     backwards = _modules(module_sources, "backward")
     assert len(backwards) == len(LENGTHS)  # the static graph's and one per size of the dynamic one
     for text in backwards:  # the logits' gradient over the saved padded product, at every size
@@ -73,9 +86,7 @@ def test_each_size_leaves_the_padded_logits_to_its_backward(always, module_sourc
 def test_a_second_backward_of_a_size_reads_its_saved_values_intact(always):
     w, b = _leaves()
     got = _steps(torch.compile(_loss, backend="minicomp"), w, b, retain=True)
-    for mine, eager in zip(got, _steps(_loss, w, b)):
-        for x, y in zip(mine, eager):
-            torch.testing.assert_close(x, y)
+    _assert_eagers(got, w, b)
 
 
 def test_a_forward_run_as_captured_hands_its_backward_eagers_layout(always, monkeypatch):
@@ -97,14 +108,13 @@ def test_a_forward_run_as_captured_hands_its_backward_eagers_layout(always, monk
         first._boxed_call = True
         return first
 
-    monkeypatch.setattr("minicomp.dispatch.dynamo.checked_first_call", failing_forward)
+    monkeypatch.setattr("minicomp.dispatch.dynamo.checked_first_call", failing_forward)  # the static size
+    monkeypatch.setattr("minicomp.dispatch.dynamic_graphs.checked_first_call", failing_forward)  # the others
     monkeypatch.setenv("MINICOMP_FALLBACK", "warn")
     w, b = _leaves()
     with pytest.warns(UserWarning, match="a first call that fails"):
         got = _steps(torch.compile(_loss, backend="minicomp"), w, b)
-    for mine, eager in zip(got, _steps(_loss, w, b)):
-        for x, y in zip(mine, eager):
-            torch.testing.assert_close(x, y)
+    _assert_eagers(got, w, b)
 
 
 def test_the_gradient_of_a_whole_slice_is_no_copy(module_sources):
@@ -177,6 +187,4 @@ def test_a_backward_that_fails_after_writing_over_a_saved_value_falls_back_on_it
     w, b = _leaves()
     with pytest.warns(UserWarning, match="a later launch fails"):
         got = _steps(torch.compile(_loss, backend="minicomp"), w, b)
-    for mine, eager in zip(got, _steps(_loss, w, b)):
-        for x, y in zip(mine, eager):
-            torch.testing.assert_close(x, y)
+    _assert_eagers(got, w, b)

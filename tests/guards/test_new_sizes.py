@@ -325,7 +325,7 @@ def test_a_new_sizes_kernel_that_fails_at_its_first_launch_falls_back(monkeypatc
 
 
 def test_a_call_like_the_last_one_reuses_its_entry_and_any_other_is_keyed():
-    """`Specializing` checks a call against the last call's signature first (`_LastCall`): the same
+    """`Specializing` checks a call against the last call's signature first (`call_signatures.LastCall`): the same
     sizes run the same compiled entry; another size, another storage offset, another integer
     value, a transposed input each take the keyed way (their own entry, built once)."""
     from torch.fx.experimental.proxy_tensor import make_fx
