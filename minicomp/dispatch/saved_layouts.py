@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from minicomp.lowering.indexing import row_padded_strides
 from minicomp.plan.pad_matmuls import ALIGNMENT
@@ -113,35 +112,88 @@ def laid_out(backward: torch.fx.GraphModule, layouts: dict) -> list[tuple[int, t
 
 def _propagated(backward: torch.fx.GraphModule, layouts: dict, keep: bool) -> bool:
     """Whether fake tensors propagate through `backward` with its inputs named in `layouts` at those
-    (shape, stride); its nodes keep the new meta where `keep` and it did, else the traced one."""
+    (shape, stride); its nodes keep the new meta where `keep` and it did, else the traced one.
+    Only the nodes whose layout can change run again: those reading an input of `layouts` or a
+    node whose value came out otherwise than its meta (a view of the padded logits, not the
+    matmul reading them): a size of a dynamic graph pays this at each new length."""
     placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
-    values = [n.meta.get("val") for n in placeholders]
-    if any(not isinstance(values[i], torch.Tensor) for i, n in enumerate(placeholders) if n.name in layouts):
+    if any(not isinstance(n.meta.get("val"), torch.Tensor) for n in placeholders if n.name in layouts):
         return False
+    values = [n.meta.get("val") for n in placeholders]
     mode = next((v.fake_mode for v in values if getattr(v, "fake_mode", None) is not None), None)
-    if mode is None:  # a graph made concrete for one size (capture/specialize.py): layouts, no fake tensors
-        mode = FakeTensorMode()
-        with mode:
-            values = [_fake(v) if isinstance(v, torch.Tensor) else v for v in values]
+    concrete = mode is None  # a graph made concrete for one size (capture/specialize.py): layouts, no fake tensors
+    mode = FakeTensorMode() if concrete else mode
     traced = {n: dict(n.meta) for n in backward.graph.nodes}
-    with mode:
-        inputs = [
-            torch.empty_strided(*layouts[n.name], dtype=v.dtype, device=v.device) if n.name in layouts else v
-            for n, v in zip(placeholders, values)
-        ]
+    changed: dict[torch.fx.Node, object] = {}
+    faked: dict[torch.fx.Node, object] = {}
+
+    def value(node):  # a changed node's new value, else one laid out as its meta
+        if node in changed:
+            return changed[node]
+        if node not in faked:
+            val = node.meta.get("val")
+            if val is None and node.op == "get_attr":
+                val = getattr(backward, node.target)  # (a constant: allow_non_fake_inputs)
+            elif concrete:
+                val = torch.fx.node.map_aggregate(val, lambda v: _fake(v) if isinstance(v, torch.Tensor) else v)
+            faked[node] = val
+        return faked[node]
+
     allowed, mode.allow_non_fake_inputs = mode.allow_non_fake_inputs, True  # the graph's constants
     try:
-        FakeTensorProp(backward, mode).propagate_dont_convert_inputs(*inputs)
+        with mode:
+            for node in placeholders:
+                if node.name in layouts:
+                    val = node.meta["val"]
+                    changed[node] = torch.empty_strided(*layouts[node.name], dtype=val.dtype, device=val.device)
+            for node in backward.graph.nodes:
+                if node.op != "call_function" or not any(a in changed for a in node.all_input_nodes):
+                    continue
+                args = torch.fx.node.map_arg(node.args, value)
+                kwargs = torch.fx.node.map_arg(node.kwargs, value)
+                result = node.target(*args, **kwargs)
+                if not _laid_out_alike(result, node.meta.get("val")):
+                    changed[node] = result
         done = True
     except Exception:  # noqa: BLE001 - a view this layout cannot take
         done = False
     finally:
         mode.allow_non_fake_inputs = allowed
-    if not (done and keep):
+    if done and keep:
+        for node, val in changed.items():
+            node.meta["val"] = val
+    else:
         for node, meta in traced.items():
             node.meta.clear()
             node.meta.update(meta)
     return done
+
+
+def _laid_out_alike(new, old) -> bool:
+    """Whether two values (tensors, or tuples and lists of them) have the same shapes, strides,
+    offsets, dtypes and devices (numbers: equal)."""
+    if isinstance(new, torch.Tensor) and isinstance(old, torch.Tensor):
+        numbers = [(*t.shape, *t.stride(), t.storage_offset()) for t in (new, old)]
+        return (
+            new.dim() == old.dim()
+            and all(map(_same_number, *numbers))
+            and (new.dtype, new.device) == (old.dtype, old.device)
+        )
+    if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)):
+        return len(new) == len(old) and all(_laid_out_alike(a, b) for a, b in zip(new, old))
+    return not isinstance(new, torch.Tensor) and not isinstance(old, torch.Tensor) and _same_number(new, old)
+
+
+def _same_number(a, b) -> bool:
+    """Equal numbers; symbolic ones (a dynamic graph's sizes) by their expressions, no guard made."""
+    if isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt):
+        if not (isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt)):
+            return False
+        return a.node.expr == b.node.expr
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - (values that do not compare: not alike)
+        return False
 
 
 def _fake(value: torch.Tensor) -> torch.Tensor:

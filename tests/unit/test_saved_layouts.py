@@ -200,3 +200,43 @@ def test_the_values_used_are_found_in_one_walk(device, always):
     assert time.perf_counter() - start < 30
     assert "# inside " in source
     torch.testing.assert_close(minicomp.jit(f)(h, w), f(h, w))
+
+
+def test_a_layout_propagates_to_the_nodes_it_changes_as_through_the_whole_graph():
+    # `_propagated` runs again only the nodes whose inputs came out laid out otherwise (a new
+    # length of a dynamic graph pays it); every node's meta is then what running the whole graph
+    # on fake tensors gives
+    import copy
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from minicomp.dispatch import saved_layouts
+
+    def backward_like(logits, grad, w):
+        d = (logits.softmax(-1) - grad).view(2, 3, 37)[:, 1:]
+        return (d.reshape(-1, 37) @ w).sum(0), d.sum(-1), grad.t() @ logits
+
+    mode = FakeTensorMode()
+    with mode:
+        args = (torch.empty(6, 37), torch.empty(6, 37), torch.empty(37, 5))
+    gm = make_fx(backward_like, tracing_mode="fake")(*args)
+    name = next(n.name for n in gm.graph.nodes if n.op == "placeholder")
+    layouts = {name: ((6, 37), (40, 1))}  # the logits at a padded row stride
+    pruned, whole = copy.deepcopy(gm), copy.deepcopy(gm)
+    assert saved_layouts._propagated(pruned, layouts, keep=True)
+    with mode:
+        inputs = [n.meta["val"] for n in whole.graph.nodes if n.op == "placeholder"]
+        inputs[0] = torch.empty_strided((6, 37), (40, 1))
+    FakeTensorProp(whole, mode).propagate_dont_convert_inputs(*inputs)
+
+    def layouts_of(g):
+        return [
+            (n.name, tuple(n.meta["val"].shape), n.meta["val"].stride())
+            for n in g.graph.nodes
+            if isinstance(n.meta.get("val"), torch.Tensor)
+        ]
+
+    assert layouts_of(pruned) == layouts_of(whole)
+    assert layouts_of(pruned) != layouts_of(gm)  # (the layout reached some nodes)
