@@ -30,10 +30,11 @@ class LastCall:
     Stricter than the key (it also compares requires_grad and dispatch keys): a miss takes the
     keyed way."""
 
-    __slots__ = ("entry", "guards", "tensors", "offsets", "others")
+    __slots__ = ("entry", "guards", "count", "tensors", "offsets", "others")
 
-    def __init__(self, entry, guards, tensors, offsets, others):
-        self.entry, self.guards, self.tensors, self.offsets, self.others = entry, guards, tensors, offsets, others
+    def __init__(self, entry, guards, count: int, tensors: list[int], offsets: list[int], others: list[tuple]):
+        self.entry, self.guards, self.count = entry, guards, count  # (count: the call's arguments)
+        self.tensors, self.offsets, self.others = tensors, offsets, others  # (positions, offsets, keys)
 
     @staticmethod
     def of(values: list, entry) -> LastCall | None:
@@ -51,14 +52,13 @@ class LastCall:
             return None
         offsets = [t.storage_offset() for t in chosen]
         others = [(i, signature(v)) for i, v in enumerate(values) if not isinstance(v, torch.Tensor)]
-        return LastCall(entry, guards, (len(values), tensors), offsets, others)
+        return LastCall(entry, guards, len(values), tensors, offsets, others)
 
     def matches(self, values: list) -> bool:
-        count, tensors = self.tensors
-        if len(values) != count:
+        if len(values) != self.count:
             return False
         try:
-            chosen = [values[i] for i in tensors]
+            chosen = [values[i] for i in self.tensors]
             if not self.guards.check(*chosen):
                 return False
         except TypeError:  # (another type where a tensor was)

@@ -34,17 +34,17 @@ _UNDEFINED = frozenset(("empty", "empty_like", "empty_strided", "empty_permuted"
 
 def common_subexpressions(graph: Graph) -> Graph:
     """`graph` with each repeated computation made once (a new Graph; `graph` itself when none is)."""
-    kept_apart = _returned(graph) | {src for _, src in graph.mutations}
+    kept_apart = returned_values(graph) | {src for _, src in graph.mutations}
     first: dict[tuple, str] = {}  # key -> the node that computes it
     merged: dict[str, str] = {}  # a repeat -> the node its readers read instead
     nodes = []
     for name in graph.order:
         node = graph[name]
         if not node.is_input and merged:
-            node = dataclasses.replace(node, args=_renamed(node.args, merged), kwargs=_renamed(node.kwargs, merged))
+            node = refs_renamed_in(node, merged)
         if _writes(node.target):  # (a graph that still writes in place: what was read before may differ after)
             first.clear()
-        key = None if node.is_input or name in kept_apart or not _pure(node.target) else _key(node)
+        key = None if node.is_input or name in kept_apart or not pure_op(node.target) else _key(node)
         if key is not None:
             same = first.get(key)
             if same is not None and graph[same].meta == node.meta:
@@ -57,7 +57,7 @@ def common_subexpressions(graph: Graph) -> Graph:
     return Graph(nodes, list(graph.outputs), list(graph.mutations), graph.constants, graph.partials, graph.grouped)
 
 
-def _returned(graph: Graph) -> set[str]:
+def returned_values(graph: Graph) -> set[str]:
     """The outputs and every node an output may be a view of (a view op's input, a getitem's)."""
     found: set[str] = set()
     stack = [o for o in graph.outputs if isinstance(o, str)]
@@ -84,7 +84,7 @@ def _writes(target) -> bool:
     return isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
 
 
-def _pure(target) -> bool:
+def pure_op(target) -> bool:
     if target is operator.getitem:
         return True
     if not isinstance(target, torch._ops.OpOverload):
@@ -122,11 +122,16 @@ def _frozen(value):
     return (type(value).__name__, value)
 
 
-def _renamed(value, merged: dict[str, str]):
+def refs_renamed_in(node, renamed: dict[str, str]):
+    """`node` reading, for each value `renamed` names, the one it maps to."""
+    return dataclasses.replace(node, args=refs_renamed(node.args, renamed), kwargs=refs_renamed(node.kwargs, renamed))
+
+
+def refs_renamed(value, merged: dict[str, str]):
     if isinstance(value, Ref):
         return Ref(merged[value.name]) if value.name in merged else value
     if isinstance(value, (list, tuple)):
-        return type(value)(_renamed(v, merged) for v in value)
+        return type(value)(refs_renamed(v, merged) for v in value)
     if isinstance(value, dict):
-        return {k: _renamed(v, merged) for k, v in value.items()}
+        return {k: refs_renamed(v, merged) for k, v in value.items()}
     return value

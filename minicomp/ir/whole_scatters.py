@@ -15,15 +15,13 @@ nodes only the scatter read (the zeros). A scatter that is an output, or that an
 
 from __future__ import annotations
 
-import dataclasses
-
-from minicomp.ir.cse import _pure, _renamed, _returned
+from minicomp.ir.cse import pure_op, refs_renamed_in, returned_values
 from minicomp.ir.graph import Graph, Ref, TensorMeta
 
 
 def whole_scatters(graph: Graph) -> Graph:
     """`graph` without its whole-base slice_scatters (a new Graph; `graph` itself when it has none)."""
-    kept = _returned(graph) | {src for _, src in graph.mutations}
+    kept = returned_values(graph) | {src for _, src in graph.mutations}
     source = {name: src for name in graph.order if name not in kept and (src := _whole_source(graph, name))}
     if not source:
         return graph
@@ -34,7 +32,7 @@ def whole_scatters(graph: Graph) -> Graph:
             continue
         node = graph[name]
         if not node.is_input:
-            node = dataclasses.replace(node, args=_renamed(node.args, source), kwargs=_renamed(node.kwargs, source))
+            node = refs_renamed_in(node, source)
         nodes.append(node)
     return Graph(nodes, list(graph.outputs), list(graph.mutations), graph.constants, graph.partials, graph.grouped)
 
@@ -61,6 +59,6 @@ def _orphaned(graph: Graph, source: dict[str, str], kept: set[str]) -> set[str]:
         if name in dropped or name in kept or name in graph.outputs or graph[name].is_input:
             continue
         users = graph.users(name)
-        if users and all(u in dropped for u in users) and _pure(graph[name].target):
+        if users and all(u in dropped for u in users) and pure_op(graph[name].target):
             dropped.add(name)
     return dropped - set(source)
